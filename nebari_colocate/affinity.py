@@ -1,0 +1,74 @@
+"""Apply a Decision to a pod manifest.  (pure)
+
+The pod affinity keeps every server of a user on the node of the others (the scheduler's first-pod
+rule lets the first one land anywhere and makes concurrent spawns converge).  When the node is known
+a required node affinity ``matchFields metadata.name In [N]`` is ANDed into every existing
+nodeSelectorTerm: terms are ORed, so appending a term of its own would loosen the profile's
+selection instead of narrowing it.  Preferred affinities and everything else are left alone.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+
+from .placement import COLOCATE, Decision
+
+HOSTNAME = "kubernetes.io/hostname"
+
+
+def colocation_term(label_key: str, label_value: str) -> dict:
+    """The required pod affinity term that keeps a user's pods on one node."""
+    return {
+        "labelSelector": {"matchLabels": {label_key: label_value}},
+        "topologyKey": HOSTNAME,
+    }
+
+
+def node_pin(node_name: str) -> dict:
+    return {"key": "metadata.name", "operator": "In", "values": [node_name]}
+
+
+def apply_decision(pod: Mapping, decision: Decision, label_key: str, label_value: str) -> dict:
+    """A copy of ``pod`` labelled for co-location, with the affinity the decision calls for.
+
+    Every user pod gets the label (so later pods can find it); only ``colocate`` adds affinity.
+    Refusals never reach here: the spawner raises instead.
+    """
+    if decision.verdict not in (COLOCATE, "skip"):
+        raise ValueError(f"cannot apply a {decision.verdict!r} decision to a pod")
+    manifest = copy.deepcopy(dict(pod))
+    metadata = manifest.setdefault("metadata", {})
+    metadata.setdefault("labels", {})
+    metadata["labels"] = {**(metadata["labels"] or {}), label_key: label_value}
+    if decision.verdict != COLOCATE:
+        return manifest
+
+    spec = manifest.setdefault("spec", {})
+    affinity = spec.get("affinity") or {}
+    spec["affinity"] = affinity
+
+    pod_affinity = affinity.get("podAffinity") or {}
+    affinity["podAffinity"] = pod_affinity
+    required = list(pod_affinity.get("requiredDuringSchedulingIgnoredDuringExecution") or [])
+    term = colocation_term(label_key, label_value)
+    if term not in required:
+        required.append(term)
+    pod_affinity["requiredDuringSchedulingIgnoredDuringExecution"] = required
+
+    if decision.node:
+        node_affinity = affinity.get("nodeAffinity") or {}
+        affinity["nodeAffinity"] = node_affinity
+        selector = node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution") or {}
+        terms = [dict(t) for t in selector.get("nodeSelectorTerms") or []] or [{}]
+        pin = node_pin(decision.node)
+        for t in terms:
+            fields = list(t.get("matchFields") or [])
+            if pin not in fields:
+                fields.append(pin)
+            t["matchFields"] = fields
+        node_affinity["requiredDuringSchedulingIgnoredDuringExecution"] = {
+            **selector,
+            "nodeSelectorTerms": terms,
+        }
+    return manifest

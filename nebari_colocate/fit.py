@@ -1,0 +1,350 @@
+"""Would the kube-scheduler admit this pod on this node?  (pure, no I/O)
+
+The subset of kube-scheduler filter plugins that decides whether a pod pinned to one node can run
+there: NodeUnschedulable, NodeAffinity (nodeSelector and required node affinity), TaintToleration,
+NodeResourcesFit and VolumeBinding (a bound PV's node affinity).  Inputs are camelCase dicts as the
+Kubernetes API returns them.  Every function returns reason codes (see DESIGN section 5) rather than
+booleans so the caller can tell a person *why*.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from decimal import Decimal, InvalidOperation
+
+# --------------------------------------------------------------------------------------------------
+# quantities
+
+_BINARY_SUFFIXES = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
+_DECIMAL_SUFFIXES = {
+    "n": Decimal("1e-9"),
+    "u": Decimal("1e-6"),
+    "m": Decimal("1e-3"),
+    "": Decimal(1),
+    "k": Decimal("1e3"),
+    "M": Decimal("1e6"),
+    "G": Decimal("1e9"),
+    "T": Decimal("1e12"),
+    "P": Decimal("1e15"),
+    "E": Decimal("1e18"),
+}
+
+
+def parse_quantity(value: object) -> Decimal:
+    """Parse a Kubernetes resource quantity (``"500m"``, ``"2Gi"``, ``"1e3"``, ``4``) exactly.
+
+    Raises ValueError naming the value when it is not a quantity.
+    """
+    if isinstance(value, bool):
+        raise ValueError(f"invalid quantity {value!r}")
+    if isinstance(value, (int, float, Decimal)):
+        return Decimal(str(value))
+    text = str(value).strip()
+    number, multiplier = text, Decimal(1)
+    if text[-2:] in _BINARY_SUFFIXES:
+        number, multiplier = text[:-2], Decimal(_BINARY_SUFFIXES[text[-2:]])
+    elif text and text[-1] in _DECIMAL_SUFFIXES and not text[-1].isdigit():
+        number, multiplier = text[:-1], _DECIMAL_SUFFIXES[text[-1]]
+    try:
+        if not number or number.lstrip("+-")[:1] not in set("0123456789."):
+            raise InvalidOperation
+        parsed = Decimal(number)
+    except InvalidOperation:
+        raise ValueError(f"invalid quantity {value!r}") from None
+    if not parsed.is_finite():
+        raise ValueError(f"invalid quantity {value!r}")
+    return parsed * multiplier
+
+
+def scheduler_units(resource: str, value: object) -> int:
+    """The integer the scheduler compares: milli-units for cpu, whole units (rounded up) otherwise."""
+    quantity = parse_quantity(value)
+    if resource == "cpu":
+        return math.ceil(quantity * 1000)
+    return math.ceil(quantity)
+
+
+def format_units(resource: str, units: int) -> str:
+    """Human text for a scheduler integer (``1500`` cpu -> ``1.5 CPU``, bytes -> ``2 GiB``)."""
+    if resource == "cpu":
+        cores = Decimal(units) / 1000
+        return f"{cores.normalize():f} CPU"
+    if resource in ("memory", "ephemeral-storage"):
+        for suffix, size in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+            if abs(units) >= size:
+                return f"{Decimal(units) / size:.1f} {suffix}".replace(".0 ", " ")
+        return f"{units} bytes"
+    return str(units)
+
+
+# --------------------------------------------------------------------------------------------------
+# resource requests
+
+
+def _container_requests(container: Mapping) -> dict[str, int]:
+    """Requests of one container after API defaulting: a limit without a request requests the limit."""
+    resources = container.get("resources") or {}
+    merged = dict(resources.get("limits") or {})
+    merged.update(resources.get("requests") or {})
+    return {name: scheduler_units(name, value) for name, value in merged.items()}
+
+
+def _add(total: dict[str, int], more: Mapping[str, int]) -> None:
+    for name, value in more.items():
+        total[name] = total.get(name, 0) + value
+
+
+def _max_into(total: dict[str, int], other: Mapping[str, int]) -> None:
+    for name, value in other.items():
+        total[name] = max(total.get(name, 0), value)
+
+
+def pod_requests(pod: Mapping) -> dict[str, int]:
+    """What the scheduler charges a node for this pod, in scheduler units.
+
+    max(sum of containers + sidecars, largest init container + the sidecars started before it),
+    plus ``spec.overhead``; pod-level ``spec.resources`` replaces the container sum for the
+    resources it names.  Sidecars are init containers with ``restartPolicy: Always``.
+    """
+    spec = pod.get("spec") or {}
+    total: dict[str, int] = {}
+    for container in spec.get("containers") or []:
+        _add(total, _container_requests(container))
+    sidecars: dict[str, int] = {}
+    init_peak: dict[str, int] = {}
+    for container in spec.get("initContainers") or []:
+        requests = _container_requests(container)
+        if container.get("restartPolicy") == "Always":
+            _add(total, requests)
+            _add(sidecars, requests)
+        else:
+            during = dict(sidecars)
+            _add(during, requests)
+            _max_into(init_peak, during)
+    _max_into(total, init_peak)
+    pod_level = _container_requests({"resources": spec.get("resources") or {}})
+    for name in ("cpu", "memory"):
+        if name in pod_level:
+            total[name] = pod_level[name]
+    for name, value in (spec.get("overhead") or {}).items():
+        total[name] = total.get(name, 0) + scheduler_units(name, value)
+    return total
+
+
+def is_terminal(pod: Mapping) -> bool:
+    """Succeeded and Failed pods hold no node resources and no volume."""
+    return (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
+
+
+# --------------------------------------------------------------------------------------------------
+# node selection
+
+
+def _label_matches(requirement: Mapping, labels: Mapping[str, str]) -> bool:
+    key = requirement.get("key", "")
+    operator = requirement.get("operator")
+    values = requirement.get("values") or []
+    present = key in labels
+    if operator == "In":
+        return present and labels[key] in values
+    if operator == "NotIn":
+        return not present or labels[key] not in values
+    if operator == "Exists":
+        return present
+    if operator == "DoesNotExist":
+        return not present
+    if operator in ("Gt", "Lt"):
+        if not present or len(values) != 1:
+            return False
+        try:
+            have, want = int(labels[key]), int(values[0])
+        except ValueError:
+            return False
+        return have > want if operator == "Gt" else have < want
+    return False
+
+
+def _field_matches(requirement: Mapping, node_name: str) -> bool:
+    if requirement.get("key") != "metadata.name":
+        return False
+    values = requirement.get("values") or []
+    if requirement.get("operator") == "In":
+        return node_name in values
+    if requirement.get("operator") == "NotIn":
+        return node_name not in values
+    return False
+
+
+def term_matches(term: Mapping, node: Mapping) -> bool:
+    """One nodeSelectorTerm: its expressions and fields are ANDed; an empty term matches nothing."""
+    expressions = term.get("matchExpressions") or []
+    field_reqs = term.get("matchFields") or []
+    if not expressions and not field_reqs:
+        return False
+    metadata = node.get("metadata") or {}
+    labels = metadata.get("labels") or {}
+    name = metadata.get("name", "")
+    return all(_label_matches(r, labels) for r in expressions) and all(
+        _field_matches(r, name) for r in field_reqs
+    )
+
+
+def selector_matches(node_selector: Mapping | None, node: Mapping) -> bool:
+    """A NodeSelector: its terms are ORed.  ``None`` (no selector) matches every node."""
+    if node_selector is None:
+        return True
+    return any(term_matches(t, node) for t in node_selector.get("nodeSelectorTerms") or [])
+
+
+def required_node_affinity(pod: Mapping) -> Mapping | None:
+    affinity = ((pod.get("spec") or {}).get("affinity") or {}).get("nodeAffinity") or {}
+    return affinity.get("requiredDuringSchedulingIgnoredDuringExecution")
+
+
+def node_selector_ok(pod: Mapping, node: Mapping) -> bool:
+    """NodeAffinity filter: ``spec.nodeSelector`` AND the required node affinity."""
+    labels = (node.get("metadata") or {}).get("labels") or {}
+    selector = (pod.get("spec") or {}).get("nodeSelector") or {}
+    if any(labels.get(k) != v for k, v in selector.items()):
+        return False
+    return selector_matches(required_node_affinity(pod), node)
+
+
+# --------------------------------------------------------------------------------------------------
+# taints
+
+
+def tolerates(toleration: Mapping, taint: Mapping) -> bool:
+    """kube's ToleratesTaint: effect and key must match unless empty; Exists ignores the value."""
+    effect = toleration.get("effect") or ""
+    if effect and effect != taint.get("effect"):
+        return False
+    key = toleration.get("key") or ""
+    if key and key != taint.get("key"):
+        return False
+    operator = toleration.get("operator") or "Equal"
+    if operator == "Exists":
+        return True
+    if operator == "Equal":
+        return (toleration.get("value") or "") == (taint.get("value") or "")
+    return False
+
+
+def untolerated_taints(pod: Mapping, node: Mapping) -> list[dict]:
+    """The NoSchedule / NoExecute taints of the node that no toleration of the pod matches."""
+    tolerations = (pod.get("spec") or {}).get("tolerations") or []
+    return [
+        taint
+        for taint in (node.get("spec") or {}).get("taints") or []
+        if taint.get("effect") in ("NoSchedule", "NoExecute")
+        and not any(tolerates(t, taint) for t in tolerations)
+    ]
+
+
+UNSCHEDULABLE_TAINT = {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}
+
+
+def unschedulable(pod: Mapping, node: Mapping) -> bool:
+    """NodeUnschedulable: a cordoned node takes only pods that tolerate the unschedulable taint."""
+    if not (node.get("spec") or {}).get("unschedulable"):
+        return False
+    tolerations = (pod.get("spec") or {}).get("tolerations") or []
+    return not any(tolerates(t, UNSCHEDULABLE_TAINT) for t in tolerations)
+
+
+# --------------------------------------------------------------------------------------------------
+# the whole filter
+
+
+@dataclass
+class Shortfall:
+    """One resource the node cannot give: what the pod asks, what the node has free, in units."""
+
+    resource: str
+    requested: int
+    free: int
+    allocatable: int
+
+
+@dataclass
+class FitResult:
+    """Reason codes (empty: the pod fits) and the facts behind them, for messages."""
+
+    reasons: list[str] = field(default_factory=list)
+    taints: list[dict] = field(default_factory=list)
+    shortfalls: list[Shortfall] = field(default_factory=list)
+    max_pods: int | None = None
+
+    @property
+    def fits(self) -> bool:
+        return not self.reasons
+
+
+def node_usage(node_name: str, pods: Iterable[Mapping], *, exclude: Iterable[str] = ()) -> tuple:
+    """Sum of requests and count of non-terminal pods bound to ``node_name`` (every namespace).
+
+    ``exclude`` holds ``namespace/name`` keys of pods that must not be counted (the pod being
+    replaced).  Terminating pods still count: the scheduler keeps them until they are gone.
+    """
+    excluded = set(exclude)
+    used: dict[str, int] = {}
+    count = 0
+    for pod in pods:
+        if (pod.get("spec") or {}).get("nodeName") != node_name or is_terminal(pod):
+            continue
+        meta = pod.get("metadata") or {}
+        if f"{meta.get('namespace')}/{meta.get('name')}" in excluded:
+            continue
+        count += 1
+        _add(used, pod_requests(pod))
+    return used, count
+
+
+def check_fit(
+    pod: Mapping,
+    node: Mapping,
+    node_pods: Iterable[Mapping],
+    bound_pvs: Iterable[Mapping] = (),
+    *,
+    exclude: Iterable[str] = (),
+) -> FitResult:
+    """Run the filter subset for ``pod`` on ``node``; ``node_pods`` may include pods elsewhere."""
+    result = FitResult()
+    if unschedulable(pod, node):
+        result.reasons.append("node-unschedulable")
+    if not node_selector_ok(pod, node):
+        result.reasons.append("node-selector")
+    result.taints = untolerated_taints(pod, node)
+    if result.taints:
+        result.reasons.append("taint")
+
+    name = (node.get("metadata") or {}).get("name", "")
+    allocatable_raw = (node.get("status") or {}).get("allocatable") or {}
+    allocatable = {k: scheduler_units(k, v) for k, v in allocatable_raw.items()}
+    used, count = node_usage(name, node_pods, exclude=exclude)
+    requested = pod_requests(pod)
+    max_pods = allocatable.get("pods", 0)
+    if count + 1 > max_pods:
+        result.reasons.append("too-many-pods")
+        result.max_pods = max_pods
+    for resource in sorted(requested):
+        want = requested[resource]
+        if resource == "pods" or want <= 0:
+            continue
+        have = allocatable.get(resource, 0)
+        free = have - used.get(resource, 0)
+        if want > free:
+            result.reasons.append(f"insufficient:{resource}")
+            result.shortfalls.append(Shortfall(resource, want, free, have))
+
+    # VolumeBinding matches a PV's node affinity against the node's labels only (a node object
+    # with no name), so a matchFields term never matches there.
+    labels_only = {"metadata": {"labels": (node.get("metadata") or {}).get("labels") or {}}}
+    for pv in bound_pvs:
+        pv_affinity = ((pv.get("spec") or {}).get("nodeAffinity") or {}).get("required")
+        if pv_affinity is not None and not selector_matches(pv_affinity, labels_only):
+            result.reasons.append("volume-node-affinity")
+            break
+    return result

@@ -1,0 +1,213 @@
+"""Decision -> user text, user HTML (escaped), operator log line.  (pure)
+
+The user text names the server that cannot start, says why in plain words, lists *their own*
+servers that hold the volume and says what to do.  It never names another user's pods or servers.
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Mapping
+
+from . import fit
+from .placement import REFUSE, Decision
+
+USERNAME_ANNOTATION = "hub.jupyter.org/username"
+SERVERNAME_ANNOTATION = "hub.jupyter.org/servername"
+USERNAME_LABEL = "hub.jupyter.org/username"
+
+_RESOURCE_WORDS = {
+    "cpu": "CPU",
+    "memory": "memory",
+    "nvidia.com/gpu": "GPU",
+    "amd.com/gpu": "GPU",
+    "ephemeral-storage": "local disk",
+}
+
+
+def server_label(server_name: str) -> str:
+    """How a server is called on the spawn page: the default server has no name."""
+    return "your default server" if not server_name else f"'{server_name}'"
+
+
+def _is_own(pod: Mapping, username: str, user_label: str | None) -> bool:
+    """Owned by ``username``: by the raw-name annotation, else (older pods) by the label."""
+    meta = pod.get("metadata") or {}
+    owner = (meta.get("annotations") or {}).get(USERNAME_ANNOTATION)
+    if owner is not None:
+        return owner == username
+    return bool(user_label) and (meta.get("labels") or {}).get(USERNAME_LABEL) == user_label
+
+
+def own_servers(decision: Decision, username: str, user_label: str | None = None) -> list[str]:
+    """Server names of the holders that belong to ``username`` (sorted, default first)."""
+    names = {
+        ((p.get("metadata") or {}).get("annotations") or {}).get(SERVERNAME_ANNOTATION, "")
+        for p in decision.holder_pods
+        if _is_own(p, username, user_label)
+    }
+    return sorted(names, key=lambda n: (n != "", n))
+
+
+def _others(decision: Decision, username: str, user_label: str | None) -> int:
+    return sum(not _is_own(p, username, user_label) for p in decision.holder_pods)
+
+
+def _join(items: list[str]) -> str:
+    if len(items) <= 1:
+        return "".join(items)
+    return ", ".join(items[:-1]) + " and " + items[-1]
+
+
+def _selector_text(pod: Mapping) -> str:
+    selector = (pod.get("spec") or {}).get("nodeSelector") or {}
+    if selector:
+        return ", ".join(f"{k}={v}" for k, v in sorted(selector.items()))
+    return "its required node affinity"
+
+
+def reason_sentences(decision: Decision, pod: Mapping) -> list[str]:
+    """One plain sentence per reason code."""
+    node = decision.node
+    first = [True]
+
+    def where_() -> str:
+        # Say where the volume is once; later sentences just name the node.
+        if first[0]:
+            first[0] = False
+            return f"node {node}, where your volume is attached,"
+        return f"node {node}"
+
+    sentences = []
+    shortfalls = {s.resource: s for s in (decision.fit.shortfalls if decision.fit else [])}
+    for code in decision.reasons:
+        if code == "node-unschedulable":
+            sentences.append(f"{where_()} is cordoned (closed to new servers for maintenance)")
+        elif code == "node-selector":
+            sentences.append(
+                f"this server must run on a different kind of node ({_selector_text(pod)}); "
+                f"{where_()} is not one"
+            )
+        elif code == "taint":
+            taints = decision.fit.taints if decision.fit else []
+            text = ", ".join(
+                f"{t.get('key')}{'=' + t['value'] if t.get('value') else ''}:{t.get('effect')}"
+                for t in taints
+            )
+            sentences.append(f"{where_()} is reserved ({text}) and this server does not tolerate it")
+        elif code.startswith("insufficient:"):
+            resource = code.split(":", 1)[1]
+            word = _RESOURCE_WORDS.get(resource, resource)
+            short = shortfalls.get(resource)
+            if short and short.allocatable <= 0:
+                sentences.append(f"it needs a {word} node ({resource}); {where_()} has none")
+            elif short:
+                have = fit.format_units(resource, max(short.free, 0))
+                want = fit.format_units(resource, short.requested)
+                if resource not in ("cpu", "memory", "ephemeral-storage"):
+                    have, want = f"{have} {word}", f"{want} {word}"
+                sentences.append(f"it needs {want} but {where_()} has only {have} free")
+            else:
+                sentences.append(f"{where_()} does not have enough {word} free")
+        elif code == "too-many-pods":
+            limit = decision.fit.max_pods if decision.fit else None
+            limit_text = f" ({limit})" if limit is not None else ""
+            sentences.append(f"{where_()} already runs as many pods as it may{limit_text}")
+        elif code == "volume-node-affinity":
+            sentences.append(f"another volume this server mounts cannot be used on node {node}")
+        elif code == "claim-in-use":
+            sentences.append(
+                f"the volume {_join(decision.busy_claims)} may be used by only one server at a "
+                "time and is in use"
+            )
+        elif code == "split-attachment":
+            sentences.append(
+                f"your volume {_join(decision.claims)} is in use on more than one node "
+                f"({_join(decision.split_nodes)}), which needs an administrator to resolve"
+            )
+        elif code == "premium-node":
+            sentences.append(
+                f"{where_()} is a GPU node and this server needs no GPU; starting it there would keep "
+                "the expensive node running"
+            )
+    return sentences
+
+
+def _subject(server_name: str) -> str:
+    return f"Your server '{server_name}'" if server_name else "Your default server"
+
+
+def _advice(decision: Decision, holders: list[str]) -> str:
+    if "split-attachment" in decision.reasons:
+        return "Please contact your administrator."
+    stop = f"stop {_join(holders)}" if holders else "stop the servers using it"
+    if decision.pinned_by == "attachment" and not holders:
+        return "The volume is still being released from its last node: try again in a minute."
+    if "premium-node" in decision.reasons and len(decision.reasons) == 1:
+        return f"To start it, {stop} first, or choose a profile with a GPU."
+    return f"To start it, {stop} first, or choose a profile that fits on node {decision.node}."
+
+
+def user_message(
+    decision: Decision, pod: Mapping, *, username: str, server_name: str,
+    user_label: str | None = None,
+) -> str:
+    """Plain text for the spawn page."""
+    if decision.verdict != REFUSE:
+        return ""
+    holders = [server_label(n) for n in own_servers(decision, username, user_label)]
+    others = _others(decision, username, user_label)
+    parts = [f"{_subject(server_name)} cannot start: {'; '.join(reason_sentences(decision, pod))}."]
+    if holders or others:
+        in_use = []
+        if holders:
+            in_use.append(_join(holders))
+        if others:
+            in_use.append(f"{others} server(s) of other users")
+        parts.append(
+            f"Your volume can be attached to one node at a time and is in use by "
+            f"{' and '.join(in_use)}."
+        )
+    parts.append(_advice(decision, holders))
+    return " ".join(parts)
+
+
+def user_html(
+    decision: Decision, pod: Mapping, *, username: str, server_name: str,
+    user_label: str | None = None,
+) -> str:
+    """The same message as HTML; every user-controlled string is escaped."""
+    if decision.verdict != REFUSE:
+        return ""
+    esc = html.escape
+    title = esc(_subject(server_name))
+    reasons = "".join(f"<li>{esc(s)}</li>" for s in reason_sentences(decision, pod))
+    holders = own_servers(decision, username, user_label)
+    body = [f"<p>{title} cannot start:</p>", f"<ul class=\"colocate-reasons\">{reasons}</ul>"]
+    if holders:
+        items = "".join(f"<li>{esc(server_label(n))}</li>" for n in holders)
+        body.append(
+            "<p>Your volume can be attached to one node at a time and is in use by:</p>"
+            f"<ul class=\"colocate-holders\">{items}</ul>"
+        )
+    body.append(f"<p>{esc(_advice(decision, [server_label(n) for n in holders]))}</p>")
+    return "".join(body)
+
+
+def operator_line(decision: Decision, *, username: str, server_name: str) -> str:
+    """One log line with codes, node and holders, for the hub log."""
+    fields = [
+        f"verdict={decision.verdict}",
+        f"user={username!r}",
+        f"server={server_name!r}",
+        f"node={decision.node or '-'}",
+        f"pinned_by={decision.pinned_by or '-'}",
+        f"reasons={','.join(sorted(decision.reasons)) or '-'}",
+        f"warnings={','.join(sorted(decision.warnings)) or '-'}",
+        f"holders={','.join(decision.holders) or '-'}",
+        f"claims={','.join(decision.claims) or '-'}",
+        f"verified={str(decision.verified).lower()}",
+    ]
+    if decision.notes:
+        fields.append(f"notes={'; '.join(decision.notes)!r}")
+    return "colocate " + " ".join(fields)

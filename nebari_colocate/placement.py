@@ -1,0 +1,316 @@
+"""decide(pod, state, policy) -> Decision: the decision contract of DESIGN section 5.  (pure)
+
+Read top to bottom in the order of the contract: claims, holders, pinned node, not pinned,
+pinned (fit or infer), premium guard.  The safe side (5.7) is :func:`safe_side`, used by the
+spawner when the state could not be gathered.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from . import fit
+from .state import ClusterState
+
+RWO, RWX, ROX, RWOP = "ReadWriteOnce", "ReadWriteMany", "ReadOnlyMany", "ReadWriteOncePod"
+SHARED_MODES = (RWX, ROX)
+
+SKIP, COLOCATE, REFUSE = "skip", "colocate", "refuse"
+
+REASON_CODES = (
+    "node-unschedulable",
+    "node-selector",
+    "taint",
+    "insufficient:<resource>",
+    "too-many-pods",
+    "volume-node-affinity",
+    "claim-in-use",
+    "split-attachment",
+    "premium-node",
+)
+
+
+@dataclass(frozen=True)
+class Policy:
+    """The configuration ``decide`` needs (the spawner builds it from its traits)."""
+
+    storage_access_mode: str = RWO
+    premium_resources: tuple[str, ...] = ("nvidia.com/gpu", "amd.com/gpu")
+    premium_node_policy: str = "warn"  # allow | warn | refuse
+
+
+@dataclass
+class Decision:
+    """What to do with a new pod, and the facts a person needs to understand why."""
+
+    verdict: str
+    node: str | None = None
+    reasons: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    holder_pods: list[dict] = field(default_factory=list)
+    claims: list[str] = field(default_factory=list)
+    #: the nodes a split claim is used on, for split-attachment
+    split_nodes: list[str] = field(default_factory=list)
+    #: claims behind claim-in-use
+    busy_claims: list[str] = field(default_factory=list)
+    pinned_by: str | None = None  # "holders" | "attachment" | None
+    fit: fit.FitResult | None = None
+    #: False when the node could not be read and the fit was inferred from the holders
+    verified: bool = True
+    #: why the decision took the safe side or is unverified (operator log)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def holders(self) -> list[str]:
+        return sorted({(p.get("metadata") or {}).get("name", "") for p in self.holder_pods})
+
+    def as_json(self, message: str = "") -> dict:
+        """The ``simulate --json`` object of DESIGN section 8 (fields may be added, never renamed)."""
+        return {
+            "verdict": self.verdict,
+            "node": self.node,
+            "reasons": sorted(self.reasons),
+            "warnings": sorted(self.warnings),
+            "holders": self.holders,
+            "message": message,
+            "verified": self.verified,
+            "pinned_by": self.pinned_by,
+            "claims": sorted(self.claims),
+        }
+
+
+# --------------------------------------------------------------------------------------------------
+# helpers on plain dicts
+
+
+def _meta(obj: Mapping) -> Mapping:
+    return obj.get("metadata") or {}
+
+
+def _spec(obj: Mapping) -> Mapping:
+    return obj.get("spec") or {}
+
+
+def pod_claims(pod: Mapping) -> list[str]:
+    """Names of the PVCs a pod mounts, in volume order, without duplicates."""
+    names: list[str] = []
+    for volume in _spec(pod).get("volumes") or []:
+        claim = (volume.get("persistentVolumeClaim") or {}).get("claimName")
+        if claim and claim not in names:
+            names.append(claim)
+    return names
+
+
+def claim_modes(pvc: Mapping | None, policy: Policy) -> list[str]:
+    """Access modes of a claim; one not (yet) in the state has the configured mode."""
+    if pvc is None:
+        return [policy.storage_access_mode]
+    return list(_spec(pvc).get("accessModes") or [])
+
+
+def is_exclusive(modes: Iterable[str]) -> bool:
+    return not any(m in SHARED_MODES for m in modes)
+
+
+def holds_volume(pod: Mapping) -> bool:
+    """Bound and not finished: terminating pods still hold the volume."""
+    return bool(_spec(pod).get("nodeName")) and not fit.is_terminal(pod)
+
+
+def _requests_any(pod: Mapping, resources: Iterable[str]) -> bool:
+    requested = fit.pod_requests(pod)
+    return any(requested.get(r, 0) > 0 for r in resources)
+
+
+def _allocatable_any(node: Mapping, resources: Iterable[str]) -> bool:
+    allocatable = (node.get("status") or {}).get("allocatable") or {}
+    return any(fit.scheduler_units(r, allocatable[r]) > 0 for r in resources if r in allocatable)
+
+
+# --------------------------------------------------------------------------------------------------
+# the contract
+
+
+def decide(pod: Mapping, state: ClusterState, policy: Policy) -> Decision:
+    """Decide skip / colocate / refuse for ``pod`` given ``state`` (DESIGN section 5)."""
+    namespace = _meta(pod).get("namespace") or state.namespace
+    own_name = _meta(pod).get("name")
+
+    # 1. Claims: only exclusive claims constrain placement.
+    all_claims = pod_claims(pod)
+    modes = {c: claim_modes(state.pvc(namespace, c), policy) for c in all_claims}
+    exclusive = [c for c in all_claims if is_exclusive(modes[c])]
+    if not exclusive:
+        return Decision(SKIP)
+
+    # 2. Holders: pods of the namespace that mount one of those claims and sit on a node.
+    holders = [
+        p
+        for p in state.pods
+        if _meta(p).get("namespace", namespace) == namespace
+        and _meta(p).get("name") != own_name
+        and holds_volume(p)
+        and set(pod_claims(p)) & set(exclusive)
+    ]
+    decision = Decision(COLOCATE, holder_pods=holders, claims=exclusive)
+    busy = sorted(
+        c for c in exclusive if RWOP in modes[c] and any(c in pod_claims(h) for h in holders)
+    )
+    if busy:
+        decision.verdict, decision.busy_claims = REFUSE, busy
+        decision.reasons.append("claim-in-use")
+        return decision
+
+    # 3. Pinned node: the holders' node, else a volume still attached somewhere.
+    nodes = sorted({_spec(h)["nodeName"] for h in holders})
+    if nodes:
+        decision.pinned_by = "holders"
+    else:
+        nodes = sorted(_attached_nodes(exclusive, namespace, state))
+        decision.pinned_by = "attachment" if nodes else None
+    if len(nodes) > 1:
+        decision.verdict, decision.split_nodes = REFUSE, nodes
+        decision.reasons.append("split-attachment")
+        return decision
+
+    # 4. Not pinned: the pod affinity alone; the scheduler's first-pod rule places it anywhere.
+    if not nodes:
+        return decision
+
+    # 5. Pinned to node N: would the scheduler admit the pod there?
+    decision.node = node_name = nodes[0]
+    bound_pvs = [pv for pv in (state.bound_pv(namespace, c) for c in all_claims) if pv]
+    node = state.nodes.get(node_name) if state.nodes is not None else None
+    if node is not None:
+        own_key = f"{namespace}/{own_name}"
+        decision.fit = fit.check_fit(pod, node, state.pods, bound_pvs, exclude=[own_key])
+        decision.reasons.extend(decision.fit.reasons)
+        premium = _allocatable_any(node, policy.premium_resources)
+        if not state.node_pods_complete:
+            decision.notes.append(f"pods of other namespaces on {node_name} were not readable")
+    else:
+        decision.verified = False
+        decision.notes.append(
+            f"node {node_name} not readable: fit inferred from the holders' specs"
+            if state.nodes is None
+            else f"node {node_name} not found"
+        )
+        decision.reasons.extend(_inferred_misfit(pod, node_name, holders, bound_pvs))
+        premium = any(_requests_any(h, policy.premium_resources) for h in holders)
+
+    # 6. Premium guard: keep pods that need no GPU off a GPU node.
+    if premium and not _requests_any(pod, policy.premium_resources):
+        if policy.premium_node_policy == "refuse":
+            decision.reasons.append("premium-node")
+        elif policy.premium_node_policy == "warn":
+            decision.warnings.append("premium-node")
+
+    if decision.reasons:
+        decision.verdict = REFUSE
+    return decision
+
+
+def _attached_nodes(claims: Iterable[str], namespace: str, state: ClusterState) -> set[str]:
+    """Nodes a claim's PV is attached to (a detach may still be in progress)."""
+    if not state.volume_attachments:
+        return set()
+    pv_names = {
+        _spec(pvc).get("volumeName")
+        for pvc in (state.pvc(namespace, c) for c in claims)
+        if pvc is not None
+    } - {None, ""}
+    return {
+        _spec(va).get("nodeName")
+        for va in state.volume_attachments
+        if ((_spec(va).get("source") or {}).get("persistentVolumeName") in pv_names)
+        and (va.get("status") or {}).get("attached") is True
+        and _spec(va).get("nodeName")
+    }
+
+
+# --------------------------------------------------------------------------------------------------
+# without Node access: what the holders' own specs prove about the node
+
+
+def _known_labels(holders: Iterable[Mapping]) -> dict[str, str]:
+    """A pod bound to a node with ``nodeSelector {k: v}`` proves the node has label k=v."""
+    known: dict[str, str] = {}
+    for holder in holders:
+        known.update(_spec(holder).get("nodeSelector") or {})
+    return known
+
+
+def _requirement_known(req: Mapping, labels: Mapping[str, str]) -> bool | None:
+    """Three-valued: True / False when the known labels decide it, None when they cannot."""
+    key = req.get("key", "")
+    if key not in labels:
+        return None
+    return fit._label_matches(req, labels)
+
+
+def _term_known(term: Mapping, labels: Mapping[str, str], node_name: str) -> bool | None:
+    results = [_requirement_known(r, labels) for r in term.get("matchExpressions") or []]
+    results += [fit._field_matches(r, node_name) for r in term.get("matchFields") or []]
+    if not results or False in results:
+        return False
+    return None if None in results else True
+
+
+def _inferred_misfit(
+    pod: Mapping, node_name: str, holders: list[Mapping], bound_pvs: list[Mapping]
+) -> list[str]:
+    """Reasons that are certain without reading the Node (labels proven by holders)."""
+    labels = _known_labels(holders)
+    reasons = []
+    selector = _spec(pod).get("nodeSelector") or {}
+    mismatch = any(k in labels and labels[k] != v for k, v in selector.items())
+    required = fit.required_node_affinity(pod)
+    if required is not None:
+        terms = required.get("nodeSelectorTerms") or []
+        if all(_term_known(t, labels, node_name) is False for t in terms):
+            mismatch = True
+    if mismatch:
+        reasons.append("node-selector")
+    labels_only = {"metadata": {"labels": labels}}
+    for pv in bound_pvs:
+        required_pv = (_spec(pv).get("nodeAffinity") or {}).get("required")
+        if required_pv is None:
+            continue
+        terms = required_pv.get("nodeSelectorTerms") or []
+        if all(_term_known(t, labels, "") is False for t in terms) and not fit.selector_matches(
+            required_pv, labels_only
+        ):
+            reasons.append("volume-node-affinity")
+            break
+    return reasons
+
+
+# --------------------------------------------------------------------------------------------------
+# 7. the safe side
+
+
+def safe_side(pod: Mapping, known_pods: Iterable[Mapping], why: str) -> Decision:
+    """When the state could not be gathered: never skip; pin to a holder's node if one is known.
+
+    ``known_pods`` is whatever is at hand (the pod reflector's cache, possibly empty).  All claims
+    count as exclusive: without the PVCs we cannot prove a claim is shared.
+    """
+    namespace = _meta(pod).get("namespace")
+    own_name = _meta(pod).get("name")
+    claims = pod_claims(pod)
+    holders = [
+        p
+        for p in known_pods
+        if _meta(p).get("namespace", namespace) == namespace
+        and _meta(p).get("name") != own_name
+        and holds_volume(p)
+        and set(pod_claims(p)) & set(claims)
+    ]
+    nodes = sorted({_spec(h)["nodeName"] for h in holders})
+    decision = Decision(COLOCATE, holder_pods=holders, claims=claims, verified=False, notes=[why])
+    if len(nodes) == 1:
+        decision.node, decision.pinned_by = nodes[0], "holders"
+    elif not claims:
+        decision.verdict = SKIP
+    return decision

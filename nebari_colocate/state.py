@@ -1,0 +1,256 @@
+"""ClusterState: the objects a decision needs, and the loaders that fill it.
+
+Three sources: plain objects (tests, benchmarks), a YAML dump (``kubectl get ... -o yaml``, used by
+``nebari-colocate simulate``) and the Kubernetes API (the spawner, ``explain``).  Objects are kept
+as the camelCase dicts the API returns.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+KINDS = ("Node", "Pod", "PersistentVolumeClaim", "PersistentVolume", "VolumeAttachment")
+
+
+class StateError(Exception):
+    """The state could not be gathered or read; the message names the source and the problem."""
+
+
+@dataclass
+class ClusterState:
+    """What ``decide`` sees.  ``None`` for nodes / volume_attachments means "not readable"."""
+
+    pods: list[dict] = field(default_factory=list)
+    pvcs: dict[str, dict] = field(default_factory=dict)  # "namespace/name" -> PVC
+    pvs: dict[str, dict] = field(default_factory=dict)  # name -> PV
+    volume_attachments: list[dict] | None = field(default_factory=list)
+    nodes: dict[str, dict] | None = field(default_factory=dict)
+    #: the pods of *every* namespace on the pinned node are in ``pods``
+    node_pods_complete: bool = True
+    namespace: str = "default"
+
+    def pvc(self, namespace: str, name: str) -> dict | None:
+        return self.pvcs.get(f"{namespace}/{name}")
+
+    def bound_pv(self, namespace: str, claim: str) -> dict | None:
+        pvc = self.pvc(namespace, claim)
+        volume = ((pvc or {}).get("spec") or {}).get("volumeName")
+        return self.pvs.get(volume) if volume else None
+
+    @classmethod
+    def from_objects(
+        cls, objects: Iterable[Mapping], *, namespace: str = "default", node_access: bool = True
+    ) -> ClusterState:
+        """Sort objects by kind; other kinds are ignored.  ``node_access=False`` drops Nodes."""
+        state = cls(namespace=namespace, nodes={} if node_access else None)
+        for obj in objects:
+            kind = obj.get("kind")
+            meta = obj.get("metadata") or {}
+            name = meta.get("name", "")
+            if kind == "Pod":
+                state.pods.append(dict(obj))
+            elif kind == "PersistentVolumeClaim":
+                state.pvcs[f"{meta.get('namespace') or namespace}/{name}"] = dict(obj)
+            elif kind == "PersistentVolume":
+                state.pvs[name] = dict(obj)
+            elif kind == "VolumeAttachment":
+                assert state.volume_attachments is not None
+                state.volume_attachments.append(dict(obj))
+            elif kind == "Node" and state.nodes is not None:
+                state.nodes[name] = dict(obj)
+        return state
+
+
+# --------------------------------------------------------------------------------------------------
+# YAML
+
+
+def flatten_objects(documents: Iterable[object], source: str) -> list[dict]:
+    """Objects from YAML documents, expanding ``kind: List`` (and ``PodList`` ...) items."""
+    objects: list[dict] = []
+    for index, doc in enumerate(documents):
+        if doc is None:
+            continue
+        if not isinstance(doc, dict):
+            raise StateError(f"{source}: document {index + 1} is not a mapping")
+        kind = doc.get("kind")
+        if isinstance(kind, str) and kind.endswith("List"):
+            items = doc.get("items") or []
+            if not isinstance(items, list):
+                raise StateError(f"{source}: document {index + 1}: items is not a list")
+            item_kind = kind[: -len("List")] or None
+            for item in items:
+                if not isinstance(item, dict):
+                    raise StateError(f"{source}: document {index + 1}: an item is not a mapping")
+                if "kind" not in item and item_kind:
+                    item = {**item, "kind": item_kind}
+                objects.append(item)
+        else:
+            objects.append(doc)
+    return objects
+
+
+def read_yaml(path: str | Path) -> list[dict]:
+    """All objects in a YAML file, or StateError naming the file and the problem."""
+    import yaml
+
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise StateError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    try:
+        documents = list(yaml.safe_load_all(text))
+    except yaml.YAMLError as exc:
+        problem = str(exc).replace("\n", " ")
+        raise StateError(f"{path}: not valid YAML: {problem}") from None
+    return flatten_objects(documents, str(path))
+
+
+# --------------------------------------------------------------------------------------------------
+# Kubernetes API
+
+
+async def _raw(call, *args, **kwargs) -> dict:
+    """Call a kubernetes_asyncio method and return the raw camelCase JSON."""
+    response = await call(*args, _preload_content=False, **kwargs)
+    try:
+        return json.loads(await response.read())
+    finally:
+        response.release()
+
+
+def _status(exc: BaseException) -> int | None:
+    return getattr(exc, "status", None)
+
+
+async def _optional(call, *args, **kwargs) -> dict | None:
+    """None for 404 (absent); ``PermissionError`` for 401/403 (not readable)."""
+    try:
+        return await _raw(call, *args, **kwargs)
+    except Exception as exc:
+        status = _status(exc)
+        if status == 404:
+            return None
+        if status in (401, 403):
+            raise PermissionError(str(status)) from exc
+        raise
+
+
+async def load_from_api(
+    api_client,
+    pod: Mapping,
+    *,
+    namespace: str,
+    cached_pods: Iterable[Mapping] | None = None,
+    read_cluster: bool = True,
+) -> ClusterState:
+    """Gather the state for one decision.
+
+    ``cached_pods``: the pod reflector's cache when it runs (saves the namespaced list call).
+    ``read_cluster``: try Nodes, PVs and VolumeAttachments (cluster-scoped; a 403 just marks them
+    unreadable).  Other API errors propagate: the caller takes the safe side.
+    """
+    from kubernetes_asyncio import client
+
+    from .placement import holds_volume, pod_claims
+
+    core = client.CoreV1Api(api_client)
+    storage = client.StorageV1Api(api_client)
+    state = ClusterState(namespace=namespace)
+
+    claims = pod_claims(pod)
+
+    async def read_claim(name: str) -> None:
+        try:
+            pvc = await _optional(core.read_namespaced_persistent_volume_claim, name, namespace)
+        except PermissionError:
+            pvc = None
+        if pvc is not None:
+            state.pvcs[f"{namespace}/{name}"] = pvc
+
+    async def read_pods() -> None:
+        if cached_pods is not None:
+            state.pods = [p for p in cached_pods if p.get("metadata", {}).get("namespace") in (
+                None, namespace)]
+        else:
+            listing = await _raw(core.list_namespaced_pod, namespace)
+            state.pods = listing.get("items") or []
+
+    await asyncio.gather(read_pods(), *(read_claim(c) for c in claims))
+
+    own = (pod.get("metadata") or {}).get("name")
+    holder_nodes = {
+        p["spec"]["nodeName"]
+        for p in state.pods
+        if holds_volume(p)
+        and p.get("metadata", {}).get("name") != own
+        and set(pod_claims(p)) & set(claims)
+    }
+    volume_names = {
+        (pvc.get("spec") or {}).get("volumeName") for pvc in state.pvcs.values()
+    } - {None, ""}
+
+    if not read_cluster:
+        state.nodes, state.volume_attachments = None, None
+        return state
+
+    if not holder_nodes and volume_names:
+        try:
+            listing = await _raw(storage.list_volume_attachment)
+            state.volume_attachments = listing.get("items") or []
+        except Exception as exc:
+            if _status(exc) not in (401, 403):
+                raise
+            state.volume_attachments = None
+        holder_nodes = {
+            va["spec"].get("nodeName")
+            for va in state.volume_attachments or []
+            if (va.get("spec", {}).get("source") or {}).get("persistentVolumeName") in volume_names
+            and (va.get("status") or {}).get("attached") is True
+        } - {None}
+
+    if len(holder_nodes) != 1:
+        return state
+    (node_name,) = holder_nodes
+
+    async def read_node() -> None:
+        try:
+            node = await _optional(core.read_node, node_name)
+        except PermissionError:
+            state.nodes = None
+            return
+        if node is not None and state.nodes is not None:
+            state.nodes[node_name] = node
+
+    async def read_node_pods() -> None:
+        try:
+            listing = await _raw(
+                core.list_pod_for_all_namespaces, field_selector=f"spec.nodeName={node_name}"
+            )
+        except Exception as exc:
+            if _status(exc) not in (401, 403):
+                raise
+            state.node_pods_complete = False
+            return
+        seen = {(p["metadata"].get("namespace"), p["metadata"]["name"]) for p in state.pods}
+        for item in listing.get("items") or []:
+            if (item["metadata"].get("namespace"), item["metadata"]["name"]) not in seen:
+                state.pods.append(item)
+
+    async def read_pv(name: str) -> None:
+        try:
+            pv = await _optional(core.read_persistent_volume, name)
+        except PermissionError:
+            return
+        if pv is not None:
+            state.pvs[name] = pv
+
+    await asyncio.gather(read_node(), *(read_pv(v) for v in sorted(volume_names)))
+    if state.nodes is not None:
+        await read_node_pods()
+    return state

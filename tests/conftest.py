@@ -1,0 +1,181 @@
+"""Shared fixtures. Cluster tests run against a real control plane built from tests/kube/.
+
+- ``kube_bin_dir`` (session): runs tests/kube/build.sh (idempotent, quick once built), returns the
+  directory holding ``etcd`` and ``kube``.
+- ``control_plane`` (session): a started ``ControlPlane`` (etcd, kube-apiserver, kube-scheduler,
+  kubelet stub), stopped at the end of the session.
+- ``kube`` (function, async): a ``Kube`` with an admin ApiClient, a fresh namespace, and factories
+  that record what they create so teardown deletes it (and checks the claim invariant).
+
+Any test that uses ``kube_bin_dir`` (so any test using ``control_plane`` or ``kube``) gets the
+``cluster`` marker. A control plane that cannot be built or started fails those tests; it never
+skips them.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+TESTS_DIR = Path(__file__).resolve().parent
+if str(TESTS_DIR) not in sys.path:
+    sys.path.insert(0, str(TESTS_DIR))
+
+from kube import helpers  # noqa: E402
+from kube.controlplane import ControlPlane, tail  # noqa: E402
+
+BUILD_SCRIPT = TESTS_DIR / "kube" / "build.sh"
+CLUSTER_FIXTURES = frozenset({"kube_bin_dir", "control_plane", "kube"})
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if CLUSTER_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.cluster)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    """On a failed cluster test, attach the tails of the control plane's logs to the report."""
+    report = yield
+    if report.failed and call.when in ("setup", "call", "teardown"):
+        control_plane = getattr(item, "funcargs", {}).get("control_plane")
+        if isinstance(control_plane, ControlPlane):
+            for name, path in control_plane.logs.items():
+                lines = 40 if name in ("scheduler", "kubelet-stub") else 15
+                report.sections.append((f"{name} log ({path})", tail(path, lines)))
+    return report
+
+
+@pytest.fixture(scope="session")
+def kube_bin_dir() -> Path:
+    """tests/kube/bin, built by tests/kube/build.sh (which prints the bin dir last)."""
+    try:
+        result = subprocess.run(
+            ["bash", str(BUILD_SCRIPT)],
+            capture_output=True,
+            text=True,
+            stdin=subprocess.DEVNULL,
+            check=False,
+        )
+    except OSError as e:
+        pytest.fail(f"cannot run {BUILD_SCRIPT}: {e}", pytrace=False)
+    lines = result.stdout.strip().splitlines()
+    if result.returncode != 0 or not lines:
+        err = "\n".join(result.stderr.strip().splitlines()[-40:])
+        pytest.fail(
+            f"{BUILD_SCRIPT} failed (exit {result.returncode}):\n{err}",
+            pytrace=False,
+        )
+    bin_dir = Path(lines[-1])
+    for binary in ("etcd", "kube"):
+        if not os.access(bin_dir / binary, os.X_OK):
+            pytest.fail(f"{BUILD_SCRIPT} did not produce {bin_dir / binary}", pytrace=False)
+    return bin_dir
+
+
+@pytest.fixture(scope="session")
+def control_plane(kube_bin_dir):
+    """A running control plane for the whole session (logs kept if NEBARI_COLOCATE_KEEP_LOGS)."""
+    keep = bool(os.environ.get("NEBARI_COLOCATE_KEEP_LOGS"))
+    cp = ControlPlane(kube_bin_dir, kubelet_stub=True, keep_logs=keep)
+    try:
+        cp.start()
+    except Exception as e:
+        pytest.fail(f"the test control plane did not start: {e}", pytrace=False)
+    yield cp
+    cp.stop()
+    if keep:
+        print(f"\ncontrol plane logs kept in {cp.dir}")
+
+
+class Kube:
+    """What a cluster test gets: clients, its own namespace, and recording factories."""
+
+    def __init__(self, control_plane: ControlPlane, api_client, namespace: str) -> None:
+        from kubernetes_asyncio import client
+
+        self.control_plane = control_plane
+        self.api_client = api_client
+        self.core = client.CoreV1Api(api_client)
+        self.storage = client.StorageV1Api(api_client)
+        self.rbac = client.RbacAuthorizationV1Api(api_client)
+        self.namespace = namespace
+        self.kubeconfig = control_plane.kubeconfig
+        self.nodes: list[str] = []
+        # Set False in a test that breaks the invariant on purpose.
+        self.check_split_claims = True
+
+    async def create_node(self, name: str, **kwargs) -> dict:
+        self.nodes.append(name)
+        return await helpers.create_node(self.api_client, name, **kwargs)
+
+    async def cordon(self, name: str) -> dict:
+        return await helpers.cordon(self.api_client, name)
+
+    async def create_bound_claim(
+        self, name: str, access_modes=("ReadWriteOnce",), **kwargs
+    ) -> tuple[dict, dict]:
+        return await helpers.create_bound_claim(
+            self.api_client, self.namespace, name, access_modes, **kwargs
+        )
+
+    async def create_volume_attachment(self, pv_name: str, node_name: str, attached=True):
+        return await helpers.create_volume_attachment(self.api_client, pv_name, node_name, attached)
+
+    async def create_pod(self, name: str, **kwargs) -> dict:
+        return await helpers.create_pod(self.api_client, self.namespace, name, **kwargs)
+
+    async def wait_for_binding(self, pod_name: str, timeout: float = 30) -> str:
+        return await helpers.wait_for_binding(self.api_client, self.namespace, pod_name, timeout)
+
+    async def wait_for_running(self, pod_name: str, timeout: float = 30) -> dict:
+        return await helpers.wait_for_running(self.api_client, self.namespace, pod_name, timeout)
+
+    async def wait_for_failed_scheduling(self, pod_name: str, timeout: float = 30) -> str:
+        return await helpers.wait_for_failed_scheduling(
+            self.api_client, self.namespace, pod_name, timeout
+        )
+
+    async def assert_no_split_claims(self) -> None:
+        await helpers.assert_no_split_claims(self.api_client, self.namespace)
+
+    def user_kubeconfig(self, username: str, groups=()) -> str:
+        return self.control_plane.user_kubeconfig(username, groups)
+
+    async def user_client(self, username: str, groups=()):
+        """An ApiClient authenticated as `username` (caller closes it)."""
+        from kubernetes_asyncio import config
+
+        return await config.new_client_from_config(
+            config_file=self.user_kubeconfig(username, groups), persist_config=False
+        )
+
+
+@pytest.fixture
+async def kube(control_plane):
+    from kubernetes_asyncio import client, config
+
+    api_client = await config.new_client_from_config(
+        config_file=control_plane.kubeconfig, persist_config=False
+    )
+    namespace = f"t-{secrets.token_hex(4)}"
+    k = Kube(control_plane, api_client, namespace)
+    try:
+        await k.core.create_namespace(
+            client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace))
+        )
+        yield k
+        if k.check_split_claims:
+            await k.assert_no_split_claims()
+    finally:
+        try:
+            await helpers.cleanup(api_client, namespace, k.nodes)
+            await helpers.delete_namespace(api_client, namespace)
+        finally:
+            await api_client.close()

@@ -1,0 +1,145 @@
+"""The cluster fixtures work against the real kube-apiserver and kube-scheduler."""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import time
+
+import pytest
+from kube.controlplane import ControlPlane
+from kubernetes_asyncio.client.exceptions import ApiException
+
+# zero-to-jupyterhub's hub Role (namespaced only).
+Z2JH_HUB_RULES = [
+    {
+        "apiGroups": [""],
+        "resources": ["pods", "persistentvolumeclaims", "secrets", "services"],
+        "verbs": ["get", "watch", "list", "create", "delete"],
+    },
+    {"apiGroups": [""], "resources": ["events"], "verbs": ["get", "watch", "list"]},
+]
+
+
+async def test_scheduler_binds_and_stub_runs_pod(kube):
+    from kubespawner.spawner import KubeSpawner
+
+    await kube.create_node("node-a")
+    await kube.create_node("node-b")
+    await kube.create_pod("free")
+
+    node = await kube.wait_for_binding("free")
+    assert node in {"node-a", "node-b"}
+
+    pod = await kube.wait_for_running("free")
+    status = pod["status"]
+    assert status["phase"] == "Running"
+    ip = ipaddress.ip_address(status["podIP"])
+    assert ip in ipaddress.ip_network("127.0.0.0/24") and int(ip) & 0xFF >= 2
+    assert status["hostIP"] == "127.0.0.1"
+    assert {c["type"] for c in status["conditions"] if c["status"] == "True"} >= {
+        "PodScheduled",
+        "ContainersReady",
+        "Ready",
+    }
+    # KubeSpawner's own check (it never reads `self`).
+    assert KubeSpawner.is_pod_running(None, pod)
+
+
+async def test_unschedulable_pod_gets_failed_scheduling_event(kube):
+    await kube.create_node("node-a")
+    await kube.create_node("node-b")
+    await kube.create_pod("lost", node_selector={"colocate.test/pool": "nowhere"})
+
+    message = await kube.wait_for_failed_scheduling("lost")
+    assert message.startswith("0/2 nodes are available"), message
+    assert "didn't match Pod's node affinity/selector" in message
+    pod = await kube.core.read_namespaced_pod("lost", kube.namespace)
+    assert not pod.spec.node_name
+
+
+async def test_split_claim_is_detected(kube):
+    kube.check_split_claims = False  # this test breaks the invariant on purpose
+    await kube.create_node("node-a")
+    await kube.create_node("node-b")
+    await kube.create_bound_claim("claim-alice")
+    for pod, node in (("lab", "node-a"), ("app", "node-b")):
+        await kube.create_pod(
+            pod, claims=["claim-alice"], node_selector={"kubernetes.io/hostname": node}
+        )
+    # The scheduler does not enforce ReadWriteOnce co-location: both pods get bound.
+    assert await kube.wait_for_binding("lab") == "node-a"
+    assert await kube.wait_for_binding("app") == "node-b"
+
+    with pytest.raises(AssertionError) as excinfo:
+        await kube.assert_no_split_claims()
+    text = str(excinfo.value)
+    assert "claim-alice" in text and "'node-a': ['lab']" in text and "'node-b': ['app']" in text
+
+
+async def test_shared_claim_on_two_nodes_is_fine(kube):
+    await kube.create_node("node-a")
+    await kube.create_node("node-b")
+    await kube.create_bound_claim("shared", access_modes=["ReadWriteMany"])
+    for pod, node in (("lab", "node-a"), ("app", "node-b")):
+        await kube.create_pod(
+            pod, claims=["shared"], node_selector={"kubernetes.io/hostname": node}
+        )
+        assert await kube.wait_for_binding(pod) == node
+    await kube.assert_no_split_claims()
+
+
+async def test_hub_role_cannot_list_nodes(kube):
+    from kubernetes_asyncio import client
+
+    await kube.create_node("node-a")
+    await kube.rbac.create_namespaced_role(
+        kube.namespace,
+        {"metadata": {"name": "hub"}, "rules": Z2JH_HUB_RULES},
+    )
+    await kube.rbac.create_namespaced_role_binding(
+        kube.namespace,
+        {
+            "metadata": {"name": "hub"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "hub"},
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "hub"}],
+        },
+    )
+    hub_client = await kube.user_client("hub", groups=["hub-users"])
+    async with hub_client:
+        core = client.CoreV1Api(hub_client)
+        pods = await core.list_namespaced_pod(kube.namespace)  # allowed: authenticated as `hub`
+        assert pods.items == []
+        with pytest.raises(ApiException) as excinfo:
+            await core.list_node()
+        assert excinfo.value.status == 403
+        with pytest.raises(ApiException) as excinfo:
+            await core.list_persistent_volume()
+        assert excinfo.value.status == 403
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def test_stop_leaves_no_process(kube_bin_dir, tmp_path):
+    t0 = time.monotonic()
+    cp = ControlPlane(kube_bin_dir, tmp_path, kubelet_stub=True)
+    try:
+        cp.start()
+        pids = cp.pids
+        assert set(pids) == {"etcd", "apiserver", "scheduler", "kubelet-stub"}
+        assert all(_alive(pid) for pid in pids.values())
+        workdir = cp.dir
+        assert workdir.is_dir()
+    finally:
+        cp.stop()
+    assert not [name for name, pid in pids.items() if _alive(pid)]
+    assert not workdir.exists()
+    cp.stop()  # idempotent
+    total = time.monotonic() - t0
+    print(f"second control plane: up in {cp.startup_seconds:.1f} s, start+stop {total:.1f} s")
