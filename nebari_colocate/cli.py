@@ -126,8 +126,10 @@ def simulate(args: argparse.Namespace) -> int:
     if decision.verdict == "refuse":
         print(text)
     elif decision.verdict == "skip":
-        print("Its volumes can be used from any node: no co-location needed, the server starts "
-              "wherever the scheduler likes.")
+        print(
+            "Its volumes can be used from any node: no co-location needed, the server starts "
+            "wherever the scheduler likes."
+        )
     elif decision.node:
         print(f"The server starts on node {decision.node}, beside the servers using its volume.")
     else:

@@ -10,7 +10,7 @@ booleans so the caller can tell a person *why*.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 
@@ -59,7 +59,7 @@ def parse_quantity(value: object) -> Decimal:
 
 
 def scheduler_units(resource: str, value: object) -> int:
-    """The integer the scheduler compares: milli-units for cpu, whole units (rounded up) otherwise."""
+    """The integer the scheduler compares: milli-units for cpu, else whole units rounded up."""
     quantity = parse_quantity(value)
     if resource == "cpu":
         return math.ceil(quantity * 1000)
@@ -84,7 +84,7 @@ def format_units(resource: str, units: int) -> str:
 
 
 def _container_requests(container: Mapping) -> dict[str, int]:
-    """Requests of one container after API defaulting: a limit without a request requests the limit."""
+    """A container's requests after API defaulting: a limit without a request requests it."""
     resources = container.get("resources") or {}
     merged = dict(resources.get("limits") or {})
     merged.update(resources.get("requests") or {})
@@ -282,7 +282,13 @@ class FitResult:
         return not self.reasons
 
 
-def node_usage(node_name: str, pods: Iterable[Mapping], *, exclude: Iterable[str] = ()) -> tuple:
+def node_usage(
+    node_name: str,
+    pods: Iterable[Mapping],
+    *,
+    exclude: Iterable[str] = (),
+    requests_of: Callable[[Mapping], Mapping[str, int]] = pod_requests,
+) -> tuple:
     """Sum of requests and count of non-terminal pods bound to ``node_name`` (every namespace).
 
     ``exclude`` holds ``namespace/name`` keys of pods that must not be counted (the pod being
@@ -298,7 +304,7 @@ def node_usage(node_name: str, pods: Iterable[Mapping], *, exclude: Iterable[str
         if f"{meta.get('namespace')}/{meta.get('name')}" in excluded:
             continue
         count += 1
-        _add(used, pod_requests(pod))
+        _add(used, requests_of(pod))
     return used, count
 
 
@@ -309,6 +315,7 @@ def check_fit(
     bound_pvs: Iterable[Mapping] = (),
     *,
     exclude: Iterable[str] = (),
+    requests_of: Callable[[Mapping], Mapping[str, int]] = pod_requests,
 ) -> FitResult:
     """Run the filter subset for ``pod`` on ``node``; ``node_pods`` may include pods elsewhere."""
     result = FitResult()
@@ -323,7 +330,7 @@ def check_fit(
     name = (node.get("metadata") or {}).get("name", "")
     allocatable_raw = (node.get("status") or {}).get("allocatable") or {}
     allocatable = {k: scheduler_units(k, v) for k, v in allocatable_raw.items()}
-    used, count = node_usage(name, node_pods, exclude=exclude)
+    used, count = node_usage(name, node_pods, exclude=exclude, requests_of=requests_of)
     requested = pod_requests(pod)
     max_pods = allocatable.get("pods", 0)
     if count + 1 > max_pods:

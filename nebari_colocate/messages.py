@@ -94,7 +94,9 @@ def reason_sentences(decision: Decision, pod: Mapping) -> list[str]:
                 f"{t.get('key')}{'=' + t['value'] if t.get('value') else ''}:{t.get('effect')}"
                 for t in taints
             )
-            sentences.append(f"{where_()} is reserved ({text}) and this server does not tolerate it")
+            sentences.append(
+                f"{where_()} is reserved ({text}) and this server does not tolerate it"
+            )
         elif code.startswith("insufficient:"):
             resource = code.split(":", 1)[1]
             word = _RESOURCE_WORDS.get(resource, resource)
@@ -127,8 +129,8 @@ def reason_sentences(decision: Decision, pod: Mapping) -> list[str]:
             )
         elif code == "premium-node":
             sentences.append(
-                f"{where_()} is a GPU node and this server needs no GPU; starting it there would keep "
-                "the expensive node running"
+                f"{where_()} is a GPU node and this server needs no GPU; starting it there "
+                "would keep the expensive node running"
             )
     return sentences
 
@@ -149,7 +151,11 @@ def _advice(decision: Decision, holders: list[str]) -> str:
 
 
 def user_message(
-    decision: Decision, pod: Mapping, *, username: str, server_name: str,
+    decision: Decision,
+    pod: Mapping,
+    *,
+    username: str,
+    server_name: str,
     user_label: str | None = None,
 ) -> str:
     """Plain text for the spawn page."""
@@ -173,7 +179,11 @@ def user_message(
 
 
 def user_html(
-    decision: Decision, pod: Mapping, *, username: str, server_name: str,
+    decision: Decision,
+    pod: Mapping,
+    *,
+    username: str,
+    server_name: str,
     user_label: str | None = None,
 ) -> str:
     """The same message as HTML; every user-controlled string is escaped."""
@@ -183,12 +193,12 @@ def user_html(
     title = esc(_subject(server_name))
     reasons = "".join(f"<li>{esc(s)}</li>" for s in reason_sentences(decision, pod))
     holders = own_servers(decision, username, user_label)
-    body = [f"<p>{title} cannot start:</p>", f"<ul class=\"colocate-reasons\">{reasons}</ul>"]
+    body = [f"<p>{title} cannot start:</p>", f'<ul class="colocate-reasons">{reasons}</ul>']
     if holders:
         items = "".join(f"<li>{esc(server_label(n))}</li>" for n in holders)
         body.append(
             "<p>Your volume can be attached to one node at a time and is in use by:</p>"
-            f"<ul class=\"colocate-holders\">{items}</ul>"
+            f'<ul class="colocate-holders">{items}</ul>'
         )
     body.append(f"<p>{esc(_advice(decision, [server_label(n) for n in holders]))}</p>")
     return "".join(body)

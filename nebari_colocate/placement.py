@@ -66,7 +66,7 @@ class Decision:
         return sorted({(p.get("metadata") or {}).get("name", "") for p in self.holder_pods})
 
     def as_json(self, message: str = "") -> dict:
-        """The ``simulate --json`` object of DESIGN section 8 (fields may be added, never renamed)."""
+        """The ``simulate --json`` object of DESIGN section 8 (extend, never rename)."""
         return {
             "verdict": self.verdict,
             "node": self.node,
@@ -145,13 +145,9 @@ def decide(pod: Mapping, state: ClusterState, policy: Policy) -> Decision:
         return Decision(SKIP)
 
     # 2. Holders: pods of the namespace that mount one of those claims and sit on a node.
+    candidates = {id(p): p for c in exclusive for p in state.pods_mounting(namespace, c)}
     holders = [
-        p
-        for p in state.pods
-        if _meta(p).get("namespace", namespace) == namespace
-        and _meta(p).get("name") != own_name
-        and holds_volume(p)
-        and set(pod_claims(p)) & set(exclusive)
+        p for p in candidates.values() if _meta(p).get("name") != own_name and holds_volume(p)
     ]
     decision = Decision(COLOCATE, holder_pods=holders, claims=exclusive)
     busy = sorted(
@@ -184,7 +180,10 @@ def decide(pod: Mapping, state: ClusterState, policy: Policy) -> Decision:
     node = state.nodes.get(node_name) if state.nodes is not None else None
     if node is not None:
         own_key = f"{namespace}/{own_name}"
-        decision.fit = fit.check_fit(pod, node, state.pods, bound_pvs, exclude=[own_key])
+        node_pods = state.pods_on_node(node_name)
+        decision.fit = fit.check_fit(
+            pod, node, node_pods, bound_pvs, exclude=[own_key], requests_of=state.requests_of
+        )
         decision.reasons.extend(decision.fit.reasons)
         premium = _allocatable_any(node, policy.premium_resources)
         if not state.node_pods_complete:

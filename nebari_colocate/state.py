@@ -33,6 +33,45 @@ class ClusterState:
     node_pods_complete: bool = True
     namespace: str = "default"
 
+    def _index(self) -> tuple[dict, dict]:
+        """Pods by ``namespace/claim`` and by node, built once per pod list (decide stays
+        proportional to the user's pods and the pinned node's pods, not the cluster's)."""
+        key = (id(self.pods), len(self.pods))
+        cached = self.__dict__.get("_index_cache")
+        if cached is not None and cached[0] == key:
+            return cached[1], cached[2]
+        by_claim: dict[str, list[dict]] = {}
+        by_node: dict[str, list[dict]] = {}
+        for pod in self.pods:
+            spec = pod.get("spec") or {}
+            namespace = (pod.get("metadata") or {}).get("namespace") or self.namespace
+            for volume in spec.get("volumes") or []:
+                claim = (volume.get("persistentVolumeClaim") or {}).get("claimName")
+                if claim:
+                    by_claim.setdefault(f"{namespace}/{claim}", []).append(pod)
+            if spec.get("nodeName"):
+                by_node.setdefault(spec["nodeName"], []).append(pod)
+        self.__dict__["_index_cache"] = (key, by_claim, by_node)
+        return by_claim, by_node
+
+    def pods_mounting(self, namespace: str, claim: str) -> list[dict]:
+        """Pods of ``namespace`` with a volume of claim ``claim``."""
+        return self._index()[0].get(f"{namespace}/{claim}", [])
+
+    def pods_on_node(self, node_name: str) -> list[dict]:
+        """Pods (any namespace) with ``spec.nodeName == node_name``."""
+        return self._index()[1].get(node_name, [])
+
+    def requests_of(self, pod: Mapping) -> Mapping[str, int]:
+        """``fit.pod_requests`` of a pod of this state, computed once per pod."""
+        from .fit import pod_requests
+
+        memo = self.__dict__.setdefault("_requests_memo", {})
+        entry = memo.get(id(pod))
+        if entry is None or entry[0] is not pod:
+            entry = memo[id(pod)] = (pod, pod_requests(pod))
+        return entry[1]
+
     def pvc(self, namespace: str, name: str) -> dict | None:
         return self.pvcs.get(f"{namespace}/{name}")
 
@@ -175,8 +214,11 @@ async def load_from_api(
 
     async def read_pods() -> None:
         if cached_pods is not None:
-            state.pods = [p for p in cached_pods if p.get("metadata", {}).get("namespace") in (
-                None, namespace)]
+            state.pods = [
+                p
+                for p in cached_pods
+                if p.get("metadata", {}).get("namespace") in (None, namespace)
+            ]
         else:
             listing = await _raw(core.list_namespaced_pod, namespace)
             state.pods = listing.get("items") or []
@@ -191,9 +233,10 @@ async def load_from_api(
         and p.get("metadata", {}).get("name") != own
         and set(pod_claims(p)) & set(claims)
     }
-    volume_names = {
-        (pvc.get("spec") or {}).get("volumeName") for pvc in state.pvcs.values()
-    } - {None, ""}
+    volume_names = {(pvc.get("spec") or {}).get("volumeName") for pvc in state.pvcs.values()} - {
+        None,
+        "",
+    }
 
     if not read_cluster:
         state.nodes, state.volume_attachments = None, None

@@ -1,0 +1,474 @@
+"""ColocatingKubeSpawner: KubeSpawner that knows about per-user volumes.
+
+The imperative shell around the pure core: it gathers the state, calls
+:func:`nebari_colocate.placement.decide`, and either merges the affinity into the pod manifest or
+refuses the spawn at once with a reason a person can act on.
+
+Where it hooks in (KubeSpawner 7, DESIGN section 3 and 10):
+
+- ``load_user_options()`` runs first in ``KubeSpawner._start``, after the pre_spawn_hook, and
+  applies the profile's ``kubespawner_override``, *before* the home PVC is created.  The check
+  runs here so a refused first spawn leaves no PVC behind.
+- ``get_pod_manifest()`` applies the decision (re-deciding if the manifest changed since the
+  check, e.g. a subclass changed it after ``load_user_options``).  The operator's
+  ``modify_pod_hook`` still runs after it.
+- A class-level per-user lock serialises the check from ``load_user_options`` until the pod exists
+  in the pod reflector (or the spawn ends), so concurrent spawns of one user see each other.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import time
+from types import SimpleNamespace
+from typing import ClassVar
+
+from kubespawner import KubeSpawner
+from kubespawner.slugs import is_valid_label, safe_slug
+from tornado import web
+from traitlets import CaselessStrEnum, Float, List, TraitError, Unicode, default, validate
+
+from . import messages
+from .affinity import apply_decision
+from .placement import REFUSE, SKIP, Decision, Policy, decide, safe_side
+from .state import load_from_api
+
+try:  # JupyterHub >= 6: refusals do not count toward consecutive_failure_limit
+    from jupyterhub.spawner import SpawnException as _RefusalBase
+except ImportError:  # JupyterHub 5
+    _RefusalBase = None
+
+import jupyterhub
+
+JUPYTERHUB_MAJOR = int(jupyterhub.__version__.split(".")[0])
+
+_LABEL_NAME = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)$")
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+
+
+def label_key_problem(key: str) -> str | None:
+    """Why ``key`` is not a valid Kubernetes label key, or None."""
+    prefix, _, name = key.rpartition("/")
+    if not name or len(name) > 63 or not _LABEL_NAME.match(name):
+        return "the name part must be 1-63 characters [A-Za-z0-9-_.], alphanumeric at both ends"
+    if "/" in key and (not prefix or len(prefix) > 253 or not _DNS_SUBDOMAIN.match(prefix)):
+        return "the prefix must be a DNS subdomain (lowercase, dots, at most 253 characters)"
+    return None
+
+
+class ColocationConfigError(ValueError):
+    """Configuration that cannot work; the message names the setting, the value, what is allowed."""
+
+
+ACCESS_MODES = ("ReadWriteOnce", "ReadWriteMany")
+PREMIUM_POLICIES = ("allow", "warn", "refuse")
+
+
+def check_label_key(key: str) -> str:
+    problem = label_key_problem(key) if isinstance(key, str) else "it is not a string"
+    if problem:
+        raise TraitError(
+            f"colocation_label_key {key!r} is not a valid Kubernetes label key: {problem}"
+        )
+    return key
+
+
+def check_premium_resources(names) -> list:
+    for name in names:
+        if not isinstance(name, str) or label_key_problem(name) or "/" not in name:
+            raise TraitError(
+                f"premium_resources entry {name!r} is not an extended resource name: use a "
+                "domain-prefixed name such as 'nvidia.com/gpu'"
+            )
+    return names
+
+
+def check_timeout(value) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise TraitError(
+            f"colocation_check_timeout {value!r} must be a number of seconds greater than 0"
+        )
+    return value
+
+
+def check_mode_conflicts(mode: str, storage_class, explicit_modes) -> None:
+    """RWX needs a storage class; an explicit storage_access_modes must agree with the mode."""
+    if mode == "ReadWriteMany" and not storage_class:
+        raise ColocationConfigError(
+            f"storage_access_mode is {mode!r} but storage_class is {storage_class!r}: "
+            "ReadWriteMany needs the name of a StorageClass that provides it (for example an "
+            "NFS, CephFS, EFS or Longhorn RWX class); set storage_class "
+            "(helm: custom.storage-class)"
+        )
+    if explicit_modes is not None and set(explicit_modes) != {mode}:
+        raise ColocationConfigError(
+            f"storage_access_modes is {list(explicit_modes)!r} but storage_access_mode is "
+            f"{mode!r}: remove storage_access_modes (it follows storage_access_mode) or set it "
+            f"to [{mode!r}]"
+        )
+
+
+def _caseless_choice(name: str, value, choices) -> str:
+    for choice in choices:
+        if isinstance(value, str) and value.lower() == choice.lower():
+            return choice
+    raise TraitError(f"{name} {value!r} is not valid: choose one of {', '.join(choices)}")
+
+
+def check_config(config, class_names=("Spawner", "KubeSpawner", "ColocatingKubeSpawner")) -> None:
+    """Validate a hub's traitlets config at hub start, without creating a spawner.
+
+    Reads the sections in ``class_names`` (later ones win, as for a ColocatingKubeSpawner) and
+    raises TraitError / ColocationConfigError naming the setting, the value and what is allowed.
+    Call it at the end of the hub config (``nebari_colocate.helm.configure`` does).
+    """
+    merged: dict = {}
+    for section in class_names:
+        if section in config:
+            merged.update(dict(config[section].items()))
+    mode = _caseless_choice(
+        "storage_access_mode", merged.get("storage_access_mode", "ReadWriteOnce"), ACCESS_MODES
+    )
+    _caseless_choice(
+        "premium_node_policy", merged.get("premium_node_policy", "warn"), PREMIUM_POLICIES
+    )
+    check_label_key(merged.get("colocation_label_key", "nebari.dev/colocate-user"))
+    check_premium_resources(merged.get("premium_resources", []))
+    check_timeout(merged.get("colocation_check_timeout", 5.0))
+    check_mode_conflicts(mode, merged.get("storage_class"), merged.get("storage_access_modes"))
+
+
+if _RefusalBase is not None:
+
+    class ColocationRefused(_RefusalBase):
+        """A spawn refused by the co-location check (JupyterHub 6: a SpawnException, 4xx)."""
+
+        def __init__(self, decision: Decision, message: str, html: str, log_message: str):
+            super().__init__(
+                message, reason="colocation", log_message=log_message, message_html=html
+            )
+            self.decision = decision
+            self.jupyterhub_message = message
+            self.jupyterhub_html_message = html
+
+else:  # pragma: no cover - exercised on JupyterHub 5
+
+    class ColocationRefused(web.HTTPError):
+        """A spawn refused by the co-location check (JupyterHub 5: a 400 HTTPError)."""
+
+        def __init__(self, decision: Decision, message: str, html: str, log_message: str):
+            super().__init__(400, log_message, reason="colocation")
+            self.decision = decision
+            self.message = message
+            self.message_html = html
+            self.jupyterhub_message = message
+            self.jupyterhub_html_message = html
+
+        def __str__(self) -> str:
+            return f"400 ColocationRefused: {self.log_message}"
+
+
+def _placement_fingerprint(pod: dict) -> str:
+    """The parts of a manifest the decision depends on."""
+    spec = pod.get("spec") or {}
+    keys = (
+        "volumes",
+        "containers",
+        "initContainers",
+        "overhead",
+        "resources",
+        "nodeSelector",
+        "tolerations",
+        "affinity",
+    )
+    relevant = {k: spec.get(k) for k in keys}
+    relevant["namespace"] = (pod.get("metadata") or {}).get("namespace")
+    relevant["name"] = (pod.get("metadata") or {}).get("name")
+    return json.dumps(relevant, sort_keys=True, default=str)
+
+
+class ColocatingKubeSpawner(KubeSpawner):
+    """A KubeSpawner that co-locates a user's servers on exclusive (ReadWriteOnce) volumes.
+
+    Before a server pod is created it looks at the user's other running servers and the
+    volumes the pod mounts, then adds the co-location affinity a ReadWriteOnce home needs, skips
+    it for ReadWriteMany storage, or refuses the spawn at once with a reason the user can act on.
+    """
+
+    storage_access_mode = CaselessStrEnum(
+        ["ReadWriteOnce", "ReadWriteMany"],
+        default_value="ReadWriteOnce",
+        config=True,
+        help="""
+        Access mode of the home volumes this hub creates: ``ReadWriteOnce`` or ``ReadWriteMany``
+        (case-insensitive). Default: ``ReadWriteOnce``.
+
+        It sets KubeSpawner's ``storage_access_modes`` for new PVCs, and it is how a claim that
+        does not exist yet is judged.  With ``ReadWriteOnce`` a volume attaches to one node at a
+        time, so every server of a user is co-located on one node; with ``ReadWriteMany`` (NFS,
+        CephFS, EFS, Longhorn RWX) servers go wherever the scheduler likes, at a metadata-latency
+        cost for small-file workloads.  Access modes of existing claims are immutable: claims
+        created before a switch keep their mode, and are judged by it.  ``ReadWriteMany``
+        requires ``storage_class``.
+        """,
+    )
+
+    colocation_label_key = Unicode(
+        "nebari.dev/colocate-user",
+        config=True,
+        help="""
+        Label put on every user pod; its value is KubeSpawner's safe slug of the username (the
+        name itself when it is a valid label value, else a strip-and-hash form).  The required
+        pod affinity selects on it.  Default: ``nebari.dev/colocate-user``.  Changing it on a
+        running hub means pods started before the change are found only by their volumes.
+        """,
+    )
+
+    premium_resources = List(
+        Unicode(),
+        default_value=["nvidia.com/gpu", "amd.com/gpu"],
+        config=True,
+        help="""
+        Extended resources that make a node "premium" (expensive): a node whose allocatable has
+        any of them above zero.  Used by ``premium_node_policy``.
+        Default: ``["nvidia.com/gpu", "amd.com/gpu"]``.
+        """,
+    )
+
+    premium_node_policy = CaselessStrEnum(
+        ["allow", "warn", "refuse"],
+        default_value="warn",
+        config=True,
+        help="""
+        What to do when co-location would put a server that requests no premium resource on a
+        premium node (a CPU app forced onto the node of a GPU lab keeps the GPU node from scaling
+        down): ``allow`` it silently, ``warn`` (start it and log a warning; the default), or
+        ``refuse`` it with a message telling the user to stop the GPU server first.
+        """,
+    )
+
+    colocation_check_timeout = Float(
+        5.0,
+        config=True,
+        help="""
+        The most seconds the pre-spawn check may wait on the Kubernetes API.  Past it the spawn
+        proceeds on the safe side: the co-location affinity is still emitted (pinned to a
+        holder's node when one is known from the pod reflector), and the hub log says why.
+        Default: 5.
+        """,
+    )
+
+    #: per-user locks: {username: [asyncio.Lock, users]}; class level so all spawners share them
+    _colocation_locks: ClassVar[dict[str, list]] = {}
+    _jh5_warning_logged: ClassVar[bool] = False
+
+    # ------------------------------------------------------------------------------------------
+    # configuration
+
+    @default("storage_access_modes")
+    def _default_storage_access_modes(self):
+        return [self.storage_access_mode]
+
+    @validate("colocation_label_key")
+    def _validate_label_key(self, proposal):
+        return check_label_key(proposal["value"])
+
+    @validate("premium_resources")
+    def _validate_premium_resources(self, proposal):
+        return check_premium_resources(proposal["value"])
+
+    @validate("colocation_check_timeout")
+    def _validate_timeout(self, proposal):
+        return check_timeout(proposal["value"])
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.check_colocation_config()
+        self._colocation_lock_held = False
+        self._colocation_checked: tuple[str, Decision] | None = None
+        self._colocation_release_task: asyncio.Future | None = None
+        self._warn_jupyterhub5_failure_limit()
+
+    def check_colocation_config(self) -> None:
+        """Raise ColocationConfigError for settings that contradict each other."""
+        explicit = (
+            list(self.storage_access_modes)
+            if self.trait_has_value("storage_access_modes")
+            else None
+        )
+        check_mode_conflicts(self.storage_access_mode, self.storage_class, explicit)
+
+    def _warn_jupyterhub5_failure_limit(self) -> None:
+        cls = ColocatingKubeSpawner
+        if JUPYTERHUB_MAJOR >= 6 or not self.consecutive_failure_limit or cls._jh5_warning_logged:
+            return
+        cls._jh5_warning_logged = True
+        self.log.warning(
+            "JupyterHub %s counts refused spawns toward consecutive_failure_limit=%s and stops the "
+            "hub when it is reached: a user retrying a refused spawn can stop the hub. Set "
+            "c.Spawner.consecutive_failure_limit = 0 (helm: hub.consecutiveFailureLimit: 0) or "
+            "upgrade to JupyterHub 6, which counts only server errors.",
+            jupyterhub.__version__,
+            self.consecutive_failure_limit,
+        )
+
+    @property
+    def colocation_label_value(self) -> str:
+        """KubeSpawner's safe slug of the username, valid as a label value."""
+        return safe_slug(self.user.name, is_valid=is_valid_label)
+
+    def colocation_policy(self) -> Policy:
+        return Policy(
+            storage_access_mode=self.storage_access_mode,
+            premium_resources=tuple(self.premium_resources),
+            premium_node_policy=self.premium_node_policy,
+        )
+
+    # ------------------------------------------------------------------------------------------
+    # the per-user lock
+
+    async def _acquire_colocation_lock(self) -> None:
+        if self._colocation_lock_held:
+            return
+        entry = self._colocation_locks.setdefault(self.user.name, [asyncio.Lock(), 0])
+        entry[1] += 1
+        try:
+            await asyncio.wait_for(entry[0].acquire(), timeout=self.k8s_api_request_retry_timeout)
+        except asyncio.TimeoutError:
+            self._drop_lock_user(entry)
+            self.log.warning(
+                "colocate: waited %ss for another spawn of %s; deciding without the lock",
+                self.k8s_api_request_retry_timeout,
+                self.user.name,
+            )
+            return
+        except BaseException:
+            self._drop_lock_user(entry)
+            raise
+        self._colocation_lock_held = True
+
+    def _drop_lock_user(self, entry: list) -> None:
+        entry[1] -= 1
+        if entry[1] <= 0 and self._colocation_locks.get(self.user.name) is entry:
+            del self._colocation_locks[self.user.name]
+
+    def _release_colocation_lock(self) -> None:
+        if not self._colocation_lock_held:
+            return
+        self._colocation_lock_held = False
+        entry = self._colocation_locks.get(self.user.name)
+        if entry is not None:
+            entry[0].release()
+            self._drop_lock_user(entry)
+
+    async def _release_when_pod_visible(self) -> None:
+        """Release the lock once the new pod is in the reflector (or give up after the retry
+        timeout), so the next spawn of this user sees it."""
+        key = f"{self.namespace}/{self.pod_name}"
+        deadline = time.monotonic() + self.k8s_api_request_retry_timeout
+        try:
+            while time.monotonic() < deadline:
+                reflector = self.pod_reflector
+                if reflector is not None and key in reflector.pods:
+                    return
+                if self._start_future is not None and self._start_future.done():
+                    return
+                await asyncio.sleep(0.05)
+        finally:
+            self._release_colocation_lock()
+
+    # ------------------------------------------------------------------------------------------
+    # the check
+
+    def _reflector_pods(self) -> list[dict] | None:
+        reflector = self.pod_reflector
+        if reflector is None or not reflector.first_load_future.done():
+            return None
+        if reflector.first_load_future.exception() is not None:
+            return None
+        return list(reflector.pods.values())
+
+    async def colocation_decide(self, pod: dict) -> Decision:
+        """Gather the state and decide; any error or timeout takes the safe side."""
+        cached = self._reflector_pods()
+        started = time.perf_counter()
+        try:
+            state = await asyncio.wait_for(
+                load_from_api(
+                    self.api.api_client, pod, namespace=self.namespace, cached_pods=cached
+                ),
+                timeout=self.colocation_check_timeout,
+            )
+            decision = decide(pod, state, self.colocation_policy())
+        except Exception as exc:
+            why = (
+                f"state not gathered within {self.colocation_check_timeout}s "
+                "(colocation_check_timeout)"
+                if isinstance(exc, asyncio.TimeoutError)
+                else f"state not gathered: {type(exc).__name__}: {exc}"
+            )
+            self.log.warning("colocate: %s; taking the safe side", why)
+            decision = safe_side(pod, cached or [], why)
+        elapsed = time.perf_counter() - started
+        line = messages.operator_line(decision, username=self.user.name, server_name=self.name)
+        log = self.log.warning if decision.verdict == REFUSE or decision.warnings else self.log.info
+        log("%s seconds=%.3f", line, elapsed)
+        return decision
+
+    def _refusal(self, decision: Decision, pod: dict) -> ColocationRefused:
+        args = {
+            "username": self.user.name,
+            "server_name": self.name,
+            "user_label": safe_slug(self.user.name, is_valid=is_valid_label),
+        }
+        return ColocationRefused(
+            decision,
+            messages.user_message(decision, pod, **args),
+            messages.user_html(decision, pod, **args),
+            messages.operator_line(decision, username=self.user.name, server_name=self.name),
+        )
+
+    def _serialize(self, pod) -> dict:
+        return self.api.api_client.sanitize_for_serialization(pod)
+
+    async def _check(self, pod: dict) -> Decision:
+        decision = await self.colocation_decide(pod)
+        if decision.verdict == REFUSE:
+            self._release_colocation_lock()
+            raise self._refusal(decision, pod)
+        return decision
+
+    async def load_user_options(self):
+        """Apply the profile, then run the check before the PVC or the pod exists."""
+        await super().load_user_options()
+        self._colocation_checked = None
+        await self._acquire_colocation_lock()
+        task = asyncio.current_task()
+        if task is not None:
+            task.add_done_callback(lambda _: self._release_colocation_lock())
+        pod = self._serialize(await super().get_pod_manifest())
+        decision = await self._check(pod)
+        self._colocation_checked = (_placement_fingerprint(pod), decision)
+
+    async def get_pod_manifest(self):
+        """KubeSpawner's manifest with the co-location label and affinity merged in."""
+        pod = self._serialize(await super().get_pod_manifest())
+        checked = self._colocation_checked
+        self._colocation_checked = None
+        if checked is not None and checked[0] == _placement_fingerprint(pod):
+            decision = checked[1]
+        else:
+            await self._acquire_colocation_lock()
+            decision = await self._check(pod)
+        manifest = apply_decision(
+            pod, decision, self.colocation_label_key, self.colocation_label_value
+        )
+        if self._colocation_lock_held:
+            self._colocation_release_task = asyncio.ensure_future(
+                self._release_when_pod_visible()
+            )
+        if decision.verdict == SKIP:
+            self.log.debug("colocate: no exclusive claim for %s", self.pod_name)
+        return self.api.api_client.deserialize(SimpleNamespace(data=json.dumps(manifest)), "V1Pod")

@@ -1,0 +1,246 @@
+"""Configuration of ColocatingKubeSpawner: traits, conflicts, helm values, hub-start validation.
+
+No cluster: KubeSpawner's constructor only loads a kubeconfig (pointed at a closed loopback port).
+"""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+from kubernetes_asyncio.config import kube_config
+from traitlets import TraitError
+from traitlets.config import Config
+
+from nebari_colocate import ColocatingKubeSpawner
+from nebari_colocate.helm import HelmValuesError, configure, values_to_config
+from nebari_colocate.spawner import ColocationConfigError, check_config
+
+
+@pytest.fixture(autouse=True)
+def offline_kubeconfig(tmp_path, monkeypatch):
+    """KubeSpawner loads a kubeconfig in __init__; give it one that points nowhere reachable."""
+    path = tmp_path / "kubeconfig"
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "c", "cluster": {"server": "https://127.0.0.1:1"}}],
+                "users": [{"name": "u", "user": {"token": "x"}}],
+                "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
+                "current-context": "c",
+            }
+        )
+    )
+    # kubernetes_asyncio reads $KUBECONFIG at import time; KubeSpawner's load_config() reads this.
+    monkeypatch.setattr(kube_config, "KUBE_CONFIG_DEFAULT_LOCATION", str(path))
+
+
+def make(**traits) -> ColocatingKubeSpawner:
+    c = Config()
+    for name, value in traits.items():
+        setattr(c.ColocatingKubeSpawner, name, value)
+    return ColocatingKubeSpawner(config=c, _mock=True)
+
+
+async def test_defaults_follow_design_section_4():
+    spawner = make()
+    assert spawner.storage_access_mode == "ReadWriteOnce"
+    assert spawner.storage_access_modes == ["ReadWriteOnce"]
+    assert spawner.colocation_label_key == "nebari.dev/colocate-user"
+    assert spawner.premium_resources == ["nvidia.com/gpu", "amd.com/gpu"]
+    assert spawner.premium_node_policy == "warn"
+    assert spawner.colocation_check_timeout == 5
+
+
+async def test_storage_access_mode_is_caseless_and_drives_new_pvcs():
+    spawner = make(storage_access_mode="readwritemany", storage_class="nfs-client")
+    assert spawner.storage_access_mode == "ReadWriteMany"
+    assert spawner.get_pvc_manifest().spec.access_modes == ["ReadWriteMany"]
+
+
+@pytest.mark.parametrize(
+    "test_variation_id, traits, error, expect_in_message",
+    [
+        (
+            "unknown-mode",
+            {"storage_access_mode": "RWO"},
+            TraitError,
+            ["storage_access_mode", "'RWO'", "ReadWriteOnce", "ReadWriteMany"],
+        ),
+        (
+            "rwx-without-class",
+            {"storage_access_mode": "ReadWriteMany"},
+            ColocationConfigError,
+            ["storage_access_mode", "storage_class", "StorageClass"],
+        ),
+        (
+            "rwx-with-empty-class",
+            {"storage_access_mode": "ReadWriteMany", "storage_class": ""},
+            ColocationConfigError,
+            ["storage_class is ''"],
+        ),
+        (
+            "explicit-modes-contradict",
+            {"storage_access_modes": ["ReadWriteMany"]},
+            ColocationConfigError,
+            ["storage_access_modes is ['ReadWriteMany']", "storage_access_mode is 'ReadWriteOnce'"],
+        ),
+        (
+            "label-key-with-space",
+            {"colocation_label_key": "nebari dev/user"},
+            TraitError,
+            ["colocation_label_key", "'nebari dev/user'", "prefix"],
+        ),
+        (
+            "label-key-too-long",
+            {"colocation_label_key": "a" * 64},
+            TraitError,
+            ["colocation_label_key", "1-63 characters"],
+        ),
+        (
+            "unknown-premium-policy",
+            {"premium_node_policy": "deny"},
+            TraitError,
+            ["premium_node_policy", "'deny'", "allow", "warn", "refuse"],
+        ),
+        (
+            "premium-resource-without-domain",
+            {"premium_resources": ["gpu"]},
+            TraitError,
+            ["premium_resources", "'gpu'", "nvidia.com/gpu"],
+        ),
+        (
+            "zero-timeout",
+            {"colocation_check_timeout": 0},
+            TraitError,
+            ["colocation_check_timeout", "greater than 0"],
+        ),
+    ],
+)
+async def test_bad_configuration_fails_with_a_message_naming_setting_value_and_choices(
+    test_variation_id, traits, error, expect_in_message
+):
+    with pytest.raises(error) as raised:
+        make(**traits)
+    for fragment in expect_in_message:
+        assert fragment in str(raised.value)
+
+
+@pytest.mark.parametrize(
+    "test_variation_id, sections, expect_error",
+    [
+        ("defaults", {}, None),
+        (
+            "rwx-with-class-on-kubespawner",
+            {
+                "KubeSpawner": {"storage_class": "nfs"},
+                "ColocatingKubeSpawner": {"storage_access_mode": "ReadWriteMany"},
+            },
+            None,
+        ),
+        (
+            "rwx-without-class",
+            {"ColocatingKubeSpawner": {"storage_access_mode": "ReadWriteMany"}},
+            "storage_class",
+        ),
+        (
+            "subclass-section-wins",
+            {
+                "KubeSpawner": {"storage_access_modes": ["ReadWriteMany"]},
+                "ColocatingKubeSpawner": {"storage_access_modes": ["ReadWriteOnce"]},
+            },
+            None,
+        ),
+        (
+            "stock-rwx-modes-left-in-kubespawner",
+            {"KubeSpawner": {"storage_access_modes": ["ReadWriteMany"]}},
+            "storage_access_modes",
+        ),
+        (
+            "bad-mode",
+            {"ColocatingKubeSpawner": {"storage_access_mode": "Many"}},
+            "storage_access_mode 'Many'",
+        ),
+        (
+            "bad-label",
+            {"ColocatingKubeSpawner": {"colocation_label_key": "-bad"}},
+            "colocation_label_key",
+        ),
+    ],
+)
+def test_check_config_validates_a_hub_config_without_creating_a_spawner(
+    test_variation_id, sections, expect_error
+):
+    c = Config()
+    for section, values in sections.items():
+        for name, value in values.items():
+            setattr(c[section], name, value)
+    if expect_error is None:
+        check_config(c)
+    else:
+        with pytest.raises((TraitError, ColocationConfigError), match=expect_error):
+            check_config(c)
+
+
+@pytest.mark.parametrize(
+    "test_variation_id, custom, expect",
+    [
+        ("empty", {}, {}),
+        (
+            "rwx",
+            {"storage-access-mode": "ReadWriteMany", "storage-class": "nfs"},
+            {"storage_access_mode": "ReadWriteMany", "storage_class": "nfs"},
+        ),
+        ("empty-class-means-none", {"storage-class": ""}, {"storage_class": None}),
+        (
+            "colocate-keys",
+            {"colocate-premium-node-policy": "refuse", "colocate-check-timeout": 2},
+            {"premium_node_policy": "refuse", "colocation_check_timeout": 2},
+        ),
+        ("other-custom-keys-ignored", {"theme": {"x": 1}}, {}),
+    ],
+)
+def test_helm_custom_values_map_to_traits(test_variation_id, custom, expect):
+    assert values_to_config(custom) == expect
+
+
+def test_helm_unknown_colocate_key_is_named():
+    with pytest.raises(HelmValuesError, match=r"custom\.colocate-policy"):
+        values_to_config({"colocate-policy": "refuse"})
+
+
+def test_helm_configure_sets_config_and_fails_at_hub_start_on_conflict():
+    c = Config()
+    values = {"custom": {"storage-access-mode": "ReadWriteMany", "storage-class": "nfs"}}
+    configure(c, get_config=lambda key, default=None: values.get(key, default))
+    assert c.ColocatingKubeSpawner.storage_access_mode == "ReadWriteMany"
+    assert c.ColocatingKubeSpawner.storage_class == "nfs"
+
+    values = {"custom": {"storage-access-mode": "ReadWriteMany", "storage-class": ""}}
+    with pytest.raises(ColocationConfigError, match="storage_class"):
+        configure(Config(), get_config=lambda key, default=None: values.get(key, default))
+
+
+def test_helm_configure_outside_the_hub_image_says_why():
+    with pytest.raises(HelmValuesError, match="z2jh"):
+        configure(Config())
+
+
+def test_importing_the_package_has_no_side_effects():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, nebari_colocate; "
+        "print('kubespawner' in sys.modules, 'jupyterhub' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["False", "False"]
+
+
+def test_entry_point_names_the_spawner():
+    from importlib.metadata import entry_points
+
+    (ep,) = [e for e in entry_points(group="jupyterhub.spawners") if e.name == "colocate"]
+    assert ep.load() is ColocatingKubeSpawner
