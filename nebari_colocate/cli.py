@@ -11,7 +11,7 @@ import json
 import sys
 from collections.abc import Sequence
 
-from . import __version__, messages
+from . import __version__, fit, messages
 from .placement import Policy, decide
 from .state import ClusterState, StateError, read_yaml
 
@@ -85,6 +85,11 @@ def load_pod(path: str) -> dict:
     pod = pods[0]
     if not isinstance(pod.get("spec"), dict):
         raise StateError(f"{path}: the Pod has no spec")
+    try:
+        # Invalid input whatever the verdict, not only when a fit check happens to read it.
+        fit.pod_requests(pod)
+    except (ValueError, TypeError, AttributeError) as exc:
+        raise StateError(f"{path}: malformed Pod: {exc}") from None
     return pod
 
 

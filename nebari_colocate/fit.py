@@ -10,6 +10,7 @@ booleans so the caller can tell a person *why*.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
@@ -30,6 +31,9 @@ _DECIMAL_SUFFIXES = {
     "P": Decimal("1e15"),
     "E": Decimal("1e18"),
 }
+_QUANTITY = re.compile(
+    r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[KMGTPE]i|[numkMGTPE]|[eE][+-]?[0-9]+)?"
+)
 
 
 def parse_quantity(value: object) -> Decimal:
@@ -40,21 +44,24 @@ def parse_quantity(value: object) -> Decimal:
     if isinstance(value, bool):
         raise ValueError(f"invalid quantity {value!r}")
     if isinstance(value, (int, float, Decimal)):
-        return Decimal(str(value))
+        parsed = Decimal(str(value))
+        if not parsed.is_finite():
+            raise ValueError(f"invalid quantity {value!r}")
+        return parsed
     text = str(value).strip()
+    # apimachinery's grammar: <signedNumber> then one SI suffix *or* one exponent, nothing else
+    # (Decimal alone would also take "1_000", "1 " or "Infinity").
+    if not _QUANTITY.fullmatch(text):
+        raise ValueError(f"invalid quantity {value!r}")
     number, multiplier = text, Decimal(1)
     if text[-2:] in _BINARY_SUFFIXES:
         number, multiplier = text[:-2], Decimal(_BINARY_SUFFIXES[text[-2:]])
-    elif text and text[-1] in _DECIMAL_SUFFIXES and not text[-1].isdigit():
+    elif text[-1] in _DECIMAL_SUFFIXES and not text[-1].isdigit():
         number, multiplier = text[:-1], _DECIMAL_SUFFIXES[text[-1]]
     try:
-        if not number or number.lstrip("+-")[:1] not in set("0123456789."):
-            raise InvalidOperation
         parsed = Decimal(number)
     except InvalidOperation:
         raise ValueError(f"invalid quantity {value!r}") from None
-    if not parsed.is_finite():
-        raise ValueError(f"invalid quantity {value!r}")
     return parsed * multiplier
 
 
@@ -83,22 +90,27 @@ def format_units(resource: str, units: int) -> str:
 # resource requests
 
 
-def _container_requests(container: Mapping) -> dict[str, int]:
+def _container_requests(container: Mapping) -> dict[str, Decimal]:
     """A container's requests after API defaulting: a limit without a request requests it."""
     resources = container.get("resources") or {}
     merged = dict(resources.get("limits") or {})
     merged.update(resources.get("requests") or {})
-    return {name: scheduler_units(name, value) for name, value in merged.items()}
+    return {name: parse_quantity(value) for name, value in merged.items()}
 
 
-def _add(total: dict[str, int], more: Mapping[str, int]) -> None:
+def _add(total: dict, more: Mapping) -> None:
     for name, value in more.items():
         total[name] = total.get(name, 0) + value
 
 
-def _max_into(total: dict[str, int], other: Mapping[str, int]) -> None:
+def _max_into(total: dict, other: Mapping) -> None:
     for name, value in other.items():
         total[name] = max(total.get(name, 0), value)
+
+
+def _pod_level_resource(name: str) -> bool:
+    """Resources ``spec.resources`` may set (component-helpers IsSupportedPodLevelResource)."""
+    return name in ("cpu", "memory") or name.startswith("hugepages-")
 
 
 def pod_requests(pod: Mapping) -> dict[str, int]:
@@ -107,13 +119,14 @@ def pod_requests(pod: Mapping) -> dict[str, int]:
     max(sum of containers + sidecars, largest init container + the sidecars started before it),
     plus ``spec.overhead``; pod-level ``spec.resources`` replaces the container sum for the
     resources it names.  Sidecars are init containers with ``restartPolicy: Always``.
+    Quantities are summed exactly and rounded once per pod, as the scheduler does.
     """
     spec = pod.get("spec") or {}
-    total: dict[str, int] = {}
+    total: dict[str, Decimal] = {}
     for container in spec.get("containers") or []:
         _add(total, _container_requests(container))
-    sidecars: dict[str, int] = {}
-    init_peak: dict[str, int] = {}
+    sidecars: dict[str, Decimal] = {}
+    init_peak: dict[str, Decimal] = {}
     for container in spec.get("initContainers") or []:
         requests = _container_requests(container)
         if container.get("restartPolicy") == "Always":
@@ -124,13 +137,19 @@ def pod_requests(pod: Mapping) -> dict[str, int]:
             _add(during, requests)
             _max_into(init_peak, during)
     _max_into(total, init_peak)
-    pod_level = _container_requests({"resources": spec.get("resources") or {}})
-    for name in ("cpu", "memory"):
-        if name in pod_level:
-            total[name] = pod_level[name]
+    # API defaulting of pod-level requests: an explicit request; else, for a resource the
+    # containers request (cpu, memory), their aggregate; else the pod-level limit.
+    pod_resources = spec.get("resources") or {}
+    pod_level = dict(pod_resources.get("requests") or {})
+    for name, value in (pod_resources.get("limits") or {}).items():
+        if name not in pod_level and (name not in total or name.startswith("hugepages-")):
+            pod_level[name] = value
+    for name, value in pod_level.items():
+        if _pod_level_resource(name):
+            total[name] = parse_quantity(value)
     for name, value in (spec.get("overhead") or {}).items():
-        total[name] = total.get(name, 0) + scheduler_units(name, value)
-    return total
+        total[name] = total.get(name, 0) + parse_quantity(value)
+    return {name: scheduler_units(name, value) for name, value in total.items()}
 
 
 def is_terminal(pod: Mapping) -> bool:
@@ -140,6 +159,17 @@ def is_terminal(pod: Mapping) -> bool:
 
 # --------------------------------------------------------------------------------------------------
 # node selection
+
+
+_INT64 = re.compile(r"[+-]?[0-9]+")
+
+
+def _parse_int64(text: str) -> int | None:
+    """Go's ``strconv.ParseInt(text, 10, 64)``: no spaces or underscores, int64 range; else None."""
+    if not isinstance(text, str) or not _INT64.fullmatch(text):
+        return None
+    number = int(text)
+    return number if -(2**63) <= number < 2**63 else None
 
 
 def _label_matches(requirement: Mapping, labels: Mapping[str, str]) -> bool:
@@ -158,9 +188,8 @@ def _label_matches(requirement: Mapping, labels: Mapping[str, str]) -> bool:
     if operator in ("Gt", "Lt"):
         if not present or len(values) != 1:
             return False
-        try:
-            have, want = int(labels[key]), int(values[0])
-        except ValueError:
+        have, want = _parse_int64(labels[key]), _parse_int64(values[0])
+        if have is None or want is None:
             return False
         return have > want if operator == "Gt" else have < want
     return False
@@ -178,17 +207,21 @@ def _field_matches(requirement: Mapping, node_name: str) -> bool:
 
 
 def term_matches(term: Mapping, node: Mapping) -> bool:
-    """One nodeSelectorTerm: its expressions and fields are ANDed; an empty term matches nothing."""
+    """One nodeSelectorTerm: its expressions and fields are ANDed; an empty term matches nothing.
+
+    A node without a name has no fields, and then ``matchFields`` are not checked at all (as in
+    component-helpers' nodeaffinity: VolumeBinding matches a PV against the node's labels only).
+    """
     expressions = term.get("matchExpressions") or []
     field_reqs = term.get("matchFields") or []
     if not expressions and not field_reqs:
         return False
     metadata = node.get("metadata") or {}
     labels = metadata.get("labels") or {}
-    name = metadata.get("name", "")
-    return all(_label_matches(r, labels) for r in expressions) and all(
-        _field_matches(r, name) for r in field_reqs
-    )
+    name = metadata.get("name") or ""
+    if not all(_label_matches(r, labels) for r in expressions):
+        return False
+    return not name or all(_field_matches(r, name) for r in field_reqs)
 
 
 def selector_matches(node_selector: Mapping | None, node: Mapping) -> bool:
@@ -347,7 +380,7 @@ def check_fit(
             result.shortfalls.append(Shortfall(resource, want, free, have))
 
     # VolumeBinding matches a PV's node affinity against the node's labels only (a node object
-    # with no name), so a matchFields term never matches there.
+    # with no name), so a PV's matchFields constrain nothing there.
     labels_only = {"metadata": {"labels": (node.get("metadata") or {}).get("labels") or {}}}
     for pv in bound_pvs:
         pv_affinity = ((pv.get("spec") or {}).get("nodeAffinity") or {}).get("required")

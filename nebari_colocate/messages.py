@@ -145,6 +145,9 @@ def _advice(decision: Decision, holders: list[str]) -> str:
     stop = f"stop {_join(holders)}" if holders else "stop the servers using it"
     if decision.pinned_by == "attachment" and not holders:
         return "The volume is still being released from its last node: try again in a minute."
+    if "claim-in-use" in decision.reasons:
+        # ReadWriteOncePod: no node and no profile helps; only the other server stopping does.
+        return f"To start it, {stop} first."
     if "premium-node" in decision.reasons and len(decision.reasons) == 1:
         return f"To start it, {stop} first, or choose a profile with a GPU."
     return f"To start it, {stop} first, or choose a profile that fits on node {decision.node}."

@@ -249,9 +249,15 @@ def _requirement_known(req: Mapping, labels: Mapping[str, str]) -> bool | None:
 
 
 def _term_known(term: Mapping, labels: Mapping[str, str], node_name: str) -> bool | None:
-    results = [_requirement_known(r, labels) for r in term.get("matchExpressions") or []]
-    results += [fit._field_matches(r, node_name) for r in term.get("matchFields") or []]
-    if not results or False in results:
+    """``node_name`` empty: a PV's term, whose matchFields VolumeBinding never checks."""
+    expressions = term.get("matchExpressions") or []
+    field_reqs = term.get("matchFields") or []
+    if not expressions and not field_reqs:
+        return False
+    results = [_requirement_known(r, labels) for r in expressions]
+    if node_name:
+        results += [fit._field_matches(r, node_name) for r in field_reqs]
+    if False in results:
         return False
     return None if None in results else True
 

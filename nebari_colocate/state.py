@@ -155,10 +155,19 @@ def read_yaml(path: str | Path) -> list[dict]:
 
 
 async def _raw(call, *args, **kwargs) -> dict:
-    """Call a kubernetes_asyncio method and return the raw camelCase JSON."""
+    """Call a kubernetes_asyncio method and return the raw camelCase JSON.
+
+    With ``_preload_content=False`` kubernetes_asyncio returns error responses instead of raising
+    (its status check runs only when it preloads), so check the status here.
+    """
+    from kubernetes_asyncio.client.exceptions import ApiException
+
     response = await call(*args, _preload_content=False, **kwargs)
     try:
-        return json.loads(await response.read())
+        body = await response.read()
+        if not 200 <= response.status <= 299:
+            raise ApiException(status=response.status, reason=response.reason)
+        return json.loads(body)
     finally:
         response.release()
 

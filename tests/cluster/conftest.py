@@ -61,10 +61,24 @@ def base_config(namespace: str) -> Config:
 
 
 class Spawners:
-    def __init__(self, kube, uid_base: int = 1000):
+    def __init__(self, kube, monkeypatch, uid_base: int = 1000):
         self.kube = kube
         self.started: list = []
         self._uid = uid_base
+        self._monkeypatch = monkeypatch
+
+    async def use_credentials(self, kubeconfig: str) -> None:
+        """Make spawners created from now on (in this test's loop) use ``kubeconfig``.
+
+        KubeSpawner loads the default kubeconfig once per process and shares one API client per
+        event loop, so point both the default path and the default configuration at it, before
+        the first spawner of the test is created.
+        """
+        from kubernetes_asyncio import config
+        from kubernetes_asyncio.config import kube_config
+
+        self._monkeypatch.setattr(kube_config, "KUBE_CONFIG_DEFAULT_LOCATION", kubeconfig)
+        await config.load_kube_config(config_file=kubeconfig)
 
     def make(
         self,
@@ -103,15 +117,10 @@ class Spawners:
 
 @pytest.fixture
 async def spawners(kube, monkeypatch):
-    """Factory of spawners wired to this test's namespace (admin credentials)."""
-    from kubernetes_asyncio import config
-    from kubernetes_asyncio.config import kube_config
-
-    # KubeSpawner's load_config() (cached once per process) reads the default kubeconfig path;
-    # the explicit load below sets the default client configuration for this test either way.
-    monkeypatch.setattr(kube_config, "KUBE_CONFIG_DEFAULT_LOCATION", kube.kubeconfig)
-    await config.load_kube_config(config_file=kube.kubeconfig)
-    s = Spawners(kube)
+    """Factory of spawners wired to this test's namespace (admin credentials until a test calls
+    ``spawners.use_credentials``)."""
+    s = Spawners(kube, monkeypatch)
+    await s.use_credentials(kube.kubeconfig)
     yield s
     await s.stop_all()
     await stop_reflectors(kube.namespace)

@@ -216,8 +216,6 @@ async def grant_z2jh_hub_role(kube, username: str) -> None:
 async def test_with_only_the_z2jh_hub_role_it_colocates_and_refuses_what_it_can_infer(
     kube, spawners
 ):
-    from kubernetes_asyncio import config
-
     await kube.create_node("cpu-1", labels={"node-type": "cpu"}, cpu="8")
     await kube.create_node("cpu-2", labels={"node-type": "cpu"}, cpu="8")
     await kube.create_node(
@@ -226,7 +224,7 @@ async def test_with_only_the_z2jh_hub_role_it_colocates_and_refuses_what_it_can_
     await kube.create_bound_claim("claim-alice")
     await grant_z2jh_hub_role(kube, "hub")
     # From here on the spawners talk to the API as "hub", with the namespaced Role only.
-    await config.load_kube_config(config_file=kube.user_kubeconfig("hub"))
+    await spawners.use_credentials(kube.user_kubeconfig("hub"))
 
     lab = spawners.make("alice", node_selector={"node-type": "cpu"})
     await spawners.start(lab)

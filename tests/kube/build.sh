@@ -10,7 +10,8 @@ mkdir -p "$bin"
 export GOFLAGS="${GOFLAGS:--mod=mod}"
 export CGO_ENABLED=0
 
-k8s_version="$(awk '/^require k8s.io\/kubernetes /{print $3}' "$here/k8s/go.mod")"
+k8s_version="$(awk '$1 == "k8s.io/kubernetes" && $2 ~ /^v/ {print $2; exit} $1 == "require" && $2 == "k8s.io/kubernetes" {print $3; exit}' "$here/k8s/go.mod")"
+[ -n "$k8s_version" ] || { echo "build.sh: cannot read the k8s.io/kubernetes version from k8s/go.mod" >&2; exit 1; }
 k8s_minor="$(echo "$k8s_version" | cut -d. -f2)"
 pkg=k8s.io/component-base/version
 ldflags="-s -w -X $pkg.gitVersion=$k8s_version -X $pkg.gitMajor=1 -X $pkg.gitMinor=$k8s_minor"

@@ -307,7 +307,9 @@ class ControlPlane:
 
     ``workdir``: where to create this control plane's own temp dir (certs, kubeconfigs, the etcd
     data dir and one log file per component); None means the system temp dir. ``stop()`` removes
-    that temp dir unless ``keep_logs`` is true, in which case only the etcd data is removed.
+    that temp dir unless ``keep_logs`` is true, in which case only the etcd data is removed. When
+    ``start()`` fails it stops what it started, keeps the logs and raises RuntimeError with the
+    failing component's log tail.
 
     Attributes set by ``start()``: ``dir``, ``kubeconfig`` (admin, group system:masters),
     ``server`` (https URL of the apiserver), ``ca_file``, ``etcd_log``, ``apiserver_log``,
@@ -379,8 +381,15 @@ class ControlPlane:
             self._start_scheduler()
             if self.kubelet_stub:
                 self._start_kubelet_stub()
-        except BaseException:
-            self.stop()
+        except BaseException as e:
+            # Keep the logs for a post-mortem; the message of a RuntimeError has their tails.
+            keep, self.keep_logs = self.keep_logs, True
+            try:
+                self.stop()
+            finally:
+                self.keep_logs = keep
+            if isinstance(e, RuntimeError):
+                raise RuntimeError(f"{e}\n(logs kept in {self.dir})") from None
             raise
         self.startup_seconds = time.monotonic() - t0
         return self

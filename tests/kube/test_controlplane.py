@@ -89,6 +89,30 @@ async def test_shared_claim_on_two_nodes_is_fine(kube):
     await kube.assert_no_split_claims()
 
 
+async def test_bound_claim_pv_node_affinity_and_cordon(kube):
+    await kube.create_node("node-a")
+    await kube.create_node("node-b")
+    _, pv = await kube.create_bound_claim("claim-bob", pv_node_affinity="node-b")
+    va = await kube.create_volume_attachment(pv["metadata"]["name"], "node-b")
+    assert va["status"]["attached"] is True
+    assert va["spec"]["source"]["persistentVolumeName"] == pv["metadata"]["name"]
+
+    # The claim counts as bound: the scheduler follows the PV's node affinity.
+    await kube.create_pod("lab", claims=["claim-bob"])
+    assert await kube.wait_for_binding("lab") == "node-b"
+    await kube.create_pod(
+        "app", claims=["claim-bob"], node_selector={"kubernetes.io/hostname": "node-a"}
+    )
+    message = await kube.wait_for_failed_scheduling("app")
+    assert message.startswith("0/2 nodes are available"), message
+    assert "1 node(s) didn't match PersistentVolume's node affinity" in message, message
+
+    await kube.cordon("node-a")
+    await kube.create_pod("late", node_selector={"kubernetes.io/hostname": "node-a"})
+    message = await kube.wait_for_failed_scheduling("late")
+    assert "1 node(s) were unschedulable" in message, message
+
+
 async def test_hub_role_cannot_list_nodes(kube):
     from kubernetes_asyncio import client
 

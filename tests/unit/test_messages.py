@@ -1,0 +1,326 @@
+"""Decision -> user text, user HTML and operator line (DESIGN section 5, "Messages")."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from nebari_colocate import messages
+from nebari_colocate.placement import Policy, decide
+
+from .builders import gpu_node, node, pod, pvc, state, taint, volume_attachment
+
+HOME = "claim-alice"
+CPU = {"nebari.dev/node-type": "cpu"}
+GPU = {"nebari.dev/node-type": "gpu"}
+NODES = (node("cpu-1", labels=CPU), gpu_node("gpu-1", labels=GPU))
+XSS = "<img src=x onerror=alert(1)>"
+DEFAULT_POLICY = Policy()
+
+
+def alice(server: str, node_name: str | None = "cpu-1", claims=(HOME,), **kwargs) -> dict:
+    """A pod of alice's: running on ``node_name`` (a holder), or ``None`` for the new pod."""
+    name = f"jupyter-alice--{server}" if server else "jupyter-alice"
+    if node_name is None:
+        return pod(name, claims=claims, user="alice", server=server, **kwargs)
+    return pod(
+        name,
+        claims=claims,
+        node_name=node_name,
+        phase="Running",
+        user="alice",
+        server=server,
+        **kwargs,
+    )
+
+
+def gpu_lab(server: str = "", **kwargs) -> dict:
+    return alice(server, None, limits={"nvidia.com/gpu": "1"}, node_selector=GPU, **kwargs)
+
+
+def refusal(new_pod, *objects, policy=DEFAULT_POLICY):
+    decision = decide(new_pod, state(*NODES, *objects), policy)
+    assert decision.verdict == "refuse", decision
+    return decision
+
+
+def texts(new_pod, *objects, server: str, policy=DEFAULT_POLICY) -> tuple[str, str]:
+    decision = refusal(new_pod, *objects, policy=policy)
+    args = {"username": "alice", "server_name": server}
+    return (
+        messages.user_message(decision, new_pod, **args),
+        messages.user_html(decision, new_pod, **args),
+    )
+
+
+# --------------------------------------------------------------------------------------------------
+# what the user reads
+
+
+SCENARIOS = {
+    "gpu-lab-blocked-by-app": lambda: (
+        gpu_lab(""),
+        [pvc(HOME), alice("pandas-app")],
+        "",
+        Policy(),
+    ),
+    "named-server-blocked-by-default-server": lambda: (
+        gpu_lab("gpu-lab"),
+        [pvc(HOME), alice("")],
+        "gpu-lab",
+        Policy(),
+    ),
+    "capacity-cap": lambda: (
+        alice("big-app", None, requests={"cpu": "2"}),
+        [pvc(HOME), alice("", requests={"cpu": "3"})],
+        "big-app",
+        Policy(),
+    ),
+    "cordoned-node": lambda: (
+        alice("app", None),
+        [node("old-1", unschedulable=True), pvc(HOME), alice("", "old-1")],
+        "app",
+        Policy(),
+    ),
+    "tainted-node": lambda: (
+        alice("app", None),
+        [node("ml-1", taints=[taint("dedicated", "ml")]), pvc(HOME), alice("", "ml-1")],
+        "app",
+        Policy(),
+    ),
+    "premium-node-refused": lambda: (
+        alice("dashboard", None),
+        [pvc(HOME), alice("", "gpu-1", limits={"nvidia.com/gpu": "1"})],
+        "dashboard",
+        Policy(premium_node_policy="refuse"),
+    ),
+    "claim-in-use": lambda: (
+        alice("app", None),
+        [pvc(HOME, modes=["ReadWriteOncePod"]), alice("")],
+        "app",
+        Policy(),
+    ),
+    "split-attachment": lambda: (
+        alice("app", None),
+        [pvc(HOME), alice("", "cpu-1"), alice("other", "gpu-1")],
+        "app",
+        Policy(),
+    ),
+    "volume-still-detaching": lambda: (
+        gpu_lab(""),
+        [pvc(HOME), volume_attachment(f"pv-{HOME}", "cpu-1")],
+        "",
+        Policy(),
+    ),
+}
+
+
+@pytest.mark.parametrize(
+    "test_variation_id, expect_patterns",
+    [
+        (
+            "gpu-lab-blocked-by-app",
+            [
+                r"^Your default server cannot start",
+                r"nebari\.dev/node-type=gpu",
+                r"needs a GPU node \(nvidia\.com/gpu\); node cpu-1\b.* has none",
+                r"in use by 'pandas-app'",
+                r"stop 'pandas-app'",
+                r"choose a profile",
+            ],
+        ),
+        (
+            "named-server-blocked-by-default-server",
+            [
+                r"^Your server 'gpu-lab' cannot start",
+                r"in use by your default server",
+                r"stop your default server",
+            ],
+        ),
+        (
+            "capacity-cap",
+            [
+                r"^Your server 'big-app' cannot start",
+                r"needs 2 CPU but node cpu-1\b.* has only 1 CPU free",
+                r"stop your default server",
+            ],
+        ),
+        ("cordoned-node", [r"node old-1\b.* cordoned"]),
+        ("tainted-node", [r"node ml-1\b.* reserved \(dedicated=ml:NoSchedule\)"]),
+        (
+            "premium-node-refused",
+            [r"node gpu-1\b.* is a GPU node", r"stop your default server", r"a profile with a GPU"],
+        ),
+        ("claim-in-use", [rf"{HOME}\b.* only one server at a time", r"stop your default server"]),
+        (
+            "split-attachment",
+            [r"more than one node \(cpu-1 and gpu-1\)", r"contact your administrator"],
+        ),
+        ("volume-still-detaching", [r"try again in a minute"]),
+    ],
+)
+def test_refusal_says_which_server_why_and_what_to_do(test_variation_id, expect_patterns):
+    new_pod, objects, server, policy = SCENARIOS[test_variation_id]()
+    text, html = texts(new_pod, *objects, server=server, policy=policy)
+    for pattern in expect_patterns:
+        assert re.search(pattern, text), (pattern, text)
+    # Python's None and empty lists must never reach a person.
+    assert "None" not in text
+    assert "[]" not in text
+    assert html.startswith("<p>") and "cannot start" in html
+
+
+# --------------------------------------------------------------------------------------------------
+# never another user's pods or servers
+
+
+BOB_SERVER = "secret-project"
+
+
+def bob(server: str = BOB_SERVER, claims=("team-data",), node_name="cpu-1") -> dict:
+    return pod(
+        f"jupyter-bob--{server}",
+        claims=claims,
+        node_name=node_name,
+        phase="Running",
+        user="bob",
+        server=server,
+    )
+
+
+@pytest.mark.parametrize(
+    "test_variation_id, new_pod, objects",
+    [
+        (
+            "shared-claim-held-only-by-bob",
+            gpu_lab("", claims=["team-data"]),
+            [pvc("team-data"), bob()],
+        ),
+        (
+            "shared-claim-held-by-bob-and-alice",
+            gpu_lab("", claims=[HOME, "team-data"]),
+            [pvc(HOME), pvc("team-data"), bob(), alice("pandas-app")],
+        ),
+        (
+            "shared-rwop-claim-in-use-by-bob",
+            alice("app", None, claims=["team-data"]),
+            [pvc("team-data", modes=["ReadWriteOncePod"]), bob()],
+        ),
+        (
+            "shared-claim-split-across-bob-and-alice",
+            alice("app", None, claims=["team-data"]),
+            [pvc("team-data"), bob(node_name="gpu-1"), alice("pandas-app", claims=["team-data"])],
+        ),
+        (
+            "bob-without-annotations-found-by-label",
+            gpu_lab("", claims=["team-data"]),
+            [pvc("team-data"), {**bob(), "metadata": {**bob()["metadata"], "annotations": {}}}],
+        ),
+    ],
+)
+def test_refusal_never_names_another_users_pods_or_servers(test_variation_id, new_pod, objects):
+    decision = refusal(new_pod, *objects)
+    assert "jupyter-bob--secret-project" in decision.holders  # bob really holds it
+    args = {"username": "alice", "server_name": "", "user_label": "alice"}
+    text = messages.user_message(decision, new_pod, **args)
+    html = messages.user_html(decision, new_pod, **args)
+    for output in (text, html):
+        assert "bob" not in output.lower()
+        assert BOB_SERVER not in output
+    assert re.search(r"other users?", text)
+
+
+def test_a_holder_of_another_user_is_not_listed_as_yours():
+    decision = refusal(gpu_lab("", claims=["team-data"]), pvc("team-data"), bob())
+    assert messages.own_servers(decision, "alice", "alice") == []
+
+
+# --------------------------------------------------------------------------------------------------
+# HTML
+
+
+@pytest.mark.parametrize(
+    "test_variation_id, refused_server, holder_server",
+    [
+        ("refused-server-name", XSS, "pandas-app"),
+        ("holder-server-name", "gpu-lab", XSS),
+    ],
+)
+def test_html_escapes_user_controlled_server_names(
+    test_variation_id, refused_server, holder_server
+):
+    new_pod = gpu_lab(refused_server)
+    _, html = texts(new_pod, pvc(HOME), alice(holder_server), server=refused_server)
+    assert "<img" not in html
+    assert "&lt;img src=x onerror=alert(1)&gt;" in html
+
+
+def test_plain_text_keeps_the_server_name_as_typed():
+    text, _ = texts(gpu_lab(XSS), pvc(HOME), alice("pandas-app"), server=XSS)
+    assert f"Your server '{XSS}' cannot start" in text
+
+
+@pytest.mark.parametrize(
+    "test_variation_id, new_pod, objects",
+    [
+        ("skip", alice("app", None), [pvc(HOME, modes=["ReadWriteMany"]), alice("")]),
+        ("colocate", alice("app", None), [pvc(HOME), alice("")]),
+    ],
+)
+def test_no_user_message_unless_refused(test_variation_id, new_pod, objects):
+    decision = decide(new_pod, state(*NODES, *objects), Policy())
+    args = {"username": "alice", "server_name": "app"}
+    assert messages.user_message(decision, new_pod, **args) == ""
+    assert messages.user_html(decision, new_pod, **args) == ""
+
+
+# --------------------------------------------------------------------------------------------------
+# operator line
+
+
+@pytest.mark.parametrize(
+    "test_variation_id, expect_fields",
+    [
+        (
+            "gpu-lab-blocked-by-app",
+            [
+                "verdict=refuse",
+                "node=cpu-1",
+                "reasons=insufficient:nvidia.com/gpu,node-selector",
+                "holders=jupyter-alice--pandas-app",
+                "pinned_by=holders",
+                f"claims={HOME}",
+            ],
+        ),
+        (
+            "split-attachment",
+            [
+                "verdict=refuse",
+                "reasons=split-attachment",
+                "holders=jupyter-alice,jupyter-alice--other",
+            ],
+        ),
+        ("volume-still-detaching", ["node=cpu-1", "pinned_by=attachment", "holders=-"]),
+    ],
+)
+def test_operator_line_carries_codes_node_and_holders(test_variation_id, expect_fields):
+    new_pod, objects, server, policy = SCENARIOS[test_variation_id]()
+    decision = refusal(new_pod, *objects, policy=policy)
+    line = messages.operator_line(decision, username="alice", server_name=server)
+    assert line.startswith("colocate ")
+    assert "\n" not in line
+    for expected in expect_fields:
+        assert f" {expected} " in f"{line} ", (expected, line)
+
+
+def test_operator_line_names_warnings_and_unverified_decisions():
+    the_state = state(
+        pvc(HOME), alice("", "gpu-1", limits={"nvidia.com/gpu": "1"}), node_access=False
+    )
+    decision = decide(alice("app", None), the_state, Policy())
+    line = messages.operator_line(decision, username="alice", server_name="app")
+    assert "verdict=colocate" in line
+    assert "warnings=premium-node" in line
+    assert "verified=false" in line
+    assert "not readable" in line
