@@ -19,19 +19,23 @@ Where it hooks in (KubeSpawner 7, DESIGN section 3 and 10):
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import html
 import json
 import re
 import time
+from datetime import datetime, timezone
 from types import SimpleNamespace
 from typing import ClassVar
 
 from kubespawner import KubeSpawner
 from kubespawner.slugs import is_valid_label, safe_slug
 from tornado import web
-from traitlets import CaselessStrEnum, Float, List, TraitError, Unicode, default, validate
+from traitlets import Bool, CaselessStrEnum, Float, List, TraitError, Unicode, default, validate
 
 from . import messages
 from .affinity import apply_decision
+from .events import FAIL, EventVerdict, classify
 from .placement import REFUSE, SKIP, Decision, Policy, decide, safe_side
 from .state import load_from_api
 
@@ -143,24 +147,38 @@ def check_config(config, class_names=("Spawner", "KubeSpawner", "ColocatingKubeS
 if _RefusalBase is not None:
 
     class ColocationRefused(_RefusalBase):
-        """A spawn refused by the co-location check (JupyterHub 6: a SpawnException, 4xx)."""
+        """A spawn refused by the co-location check or ended by a hopeless pod event.
 
-        def __init__(self, decision: Decision, message: str, html: str, log_message: str):
+        JupyterHub 6: a SpawnException with status 400, which does not count toward
+        ``consecutive_failure_limit``.  ``decision`` is set for pre-spawn refusals,
+        ``event_verdict`` for spawns ended by pod events.
+        """
+
+        def __init__(
+            self, message: str, html: str, log_message: str, *, decision=None, event_verdict=None
+        ):
             super().__init__(
                 message, reason="colocation", log_message=log_message, message_html=html
             )
             self.decision = decision
+            self.event_verdict = event_verdict
             self.jupyterhub_message = message
             self.jupyterhub_html_message = html
 
 else:  # pragma: no cover - exercised on JupyterHub 5
 
     class ColocationRefused(web.HTTPError):
-        """A spawn refused by the co-location check (JupyterHub 5: a 400 HTTPError)."""
+        """A spawn refused by the co-location check or ended by a hopeless pod event.
 
-        def __init__(self, decision: Decision, message: str, html: str, log_message: str):
+        JupyterHub 5: a 400 HTTPError carrying ``jupyterhub_message`` / ``jupyterhub_html_message``.
+        """
+
+        def __init__(
+            self, message: str, html: str, log_message: str, *, decision=None, event_verdict=None
+        ):
             super().__init__(400, log_message, reason="colocation")
             self.decision = decision
+            self.event_verdict = event_verdict
             self.message = message
             self.message_html = html
             self.jupyterhub_message = message
@@ -260,6 +278,39 @@ class ColocatingKubeSpawner(KubeSpawner):
         """,
     )
 
+    fail_fast_on_events = Bool(
+        True,
+        config=True,
+        help="""
+        While ``start()`` waits for the pod, read its events (KubeSpawner's event reflector) and
+        end a spawn that cannot succeed at once, with a reason the user can act on, instead of
+        waiting out ``start_timeout``: the scheduler cannot place a pod pinned to its volume's
+        node, the autoscaler (cluster-autoscaler or Karpenter) says no node can be added, the
+        volume is attached elsewhere (Multi-Attach), or the image name is invalid.  The pod is
+        deleted.  Needs ``events_enabled`` (KubeSpawner's default).  Default: True.
+        """,
+    )
+
+    unschedulable_grace_seconds = Float(
+        60.0,
+        config=True,
+        help="""
+        Seconds an unpinned pod may stay unschedulable with no word from an autoscaler before the
+        spawn is ended (a scale-up in progress keeps it waiting).  0 disables this rule: such a
+        pod waits for ``start_timeout``.  Default: 60.
+        """,
+    )
+
+    image_pull_grace_seconds = Float(
+        120.0,
+        config=True,
+        help="""
+        Seconds image pulls may keep failing (``ErrImagePull`` / ``ImagePullBackOff``, which can
+        heal: a registry hiccup) before the spawn is ended.  0 disables this rule.  Invalid
+        image names end the spawn at once regardless.  Default: 120.
+        """,
+    )
+
     #: per-user locks: {username: [asyncio.Lock, users]}; class level so all spawners share them
     _colocation_locks: ClassVar[dict[str, list]] = {}
     _jh5_warning_logged: ClassVar[bool] = False
@@ -289,6 +340,8 @@ class ColocatingKubeSpawner(KubeSpawner):
         self._colocation_lock_held = False
         self._colocation_checked: tuple[str, Decision] | None = None
         self._colocation_release_task: asyncio.Future | None = None
+        self._colocation_decision: Decision | None = None
+        self._event_verdict: EventVerdict | None = None
         self._warn_jupyterhub5_failure_limit()
 
     def check_colocation_config(self) -> None:
@@ -429,10 +482,10 @@ class ColocatingKubeSpawner(KubeSpawner):
             "user_label": safe_slug(self.user.name, is_valid=is_valid_label),
         }
         return ColocationRefused(
-            decision,
             messages.user_message(decision, pod, **args),
             messages.user_html(decision, pod, **args),
             messages.operator_line(decision, username=self.user.name, server_name=self.name),
+            decision=decision,
         )
 
     def _serialize(self, pod) -> dict:
@@ -467,6 +520,7 @@ class ColocatingKubeSpawner(KubeSpawner):
         else:
             await self._acquire_colocation_lock()
             decision = await self._check(pod)
+        self._colocation_decision = decision
         manifest = apply_decision(
             pod, decision, self.colocation_label_key, self.colocation_label_value
         )
@@ -475,3 +529,92 @@ class ColocatingKubeSpawner(KubeSpawner):
         if decision.verdict == SKIP:
             self.log.debug("colocate: no exclusive claim for %s", self.pod_name)
         return self.api.api_client.deserialize(SimpleNamespace(data=json.dumps(manifest)), "V1Pod")
+
+    # ------------------------------------------------------------------------------------------
+    # fail fast after the pod exists
+
+    def _own_servers(self) -> dict[str, str]:
+        """Pod name -> server name of this user's pods (for Multi-Attach messages)."""
+        own = {}
+        for pod in self._reflector_pods() or []:
+            annotations = (pod.get("metadata") or {}).get("annotations") or {}
+            if annotations.get(messages.USERNAME_ANNOTATION) == self.user.name:
+                own[pod["metadata"]["name"]] = annotations.get(messages.SERVERNAME_ANNOTATION, "")
+        return own
+
+    def classify_events(self) -> EventVerdict:
+        """The verdict on this pod's events so far (KubeSpawner's ``events``)."""
+        decision = self._colocation_decision
+        return classify(
+            self.events,
+            pinned_node=decision.node if decision is not None else None,
+            now=datetime.now(timezone.utc),
+            unschedulable_grace_seconds=self.unschedulable_grace_seconds,
+            image_pull_grace_seconds=self.image_pull_grace_seconds,
+            own_servers=self._own_servers(),
+        )
+
+    async def _watch_events(self, start_future: asyncio.Future) -> EventVerdict | None:
+        """Poll the event reflector until the start finishes or a verdict says fail."""
+        while not start_future.done():
+            if self.event_reflector is not None and self._colocation_decision is not None:
+                verdict = self.classify_events()
+                if verdict.action == FAIL:
+                    return verdict
+            await asyncio.sleep(self.event_poll_interval)
+        return None
+
+    #: seconds between looks at the event reflector's cache while a pod starts
+    event_poll_interval = 0.5
+
+    async def start(self):
+        """KubeSpawner's start, ended early when the pod's events say it cannot succeed."""
+        self._event_verdict = None
+        start_future = super().start()
+        if not (self.fail_fast_on_events and self.events_enabled):
+            return await start_future
+        watcher = asyncio.ensure_future(self._watch_events(start_future))
+        try:
+            await asyncio.wait({start_future, watcher}, return_when=asyncio.FIRST_COMPLETED)
+            verdict = watcher.result() if watcher.done() else None
+            if verdict is None:
+                return await start_future
+        finally:
+            if not watcher.done():
+                watcher.cancel()
+        return await self._end_hopeless_spawn(start_future, verdict)
+
+    async def _end_hopeless_spawn(self, start_future: asyncio.Future, verdict: EventVerdict):
+        self._event_verdict = verdict
+        start_future.cancel()
+        with contextlib.suppress(BaseException):
+            await start_future
+        self._release_colocation_lock()
+        log_message = (
+            f"colocate event-verdict=fail reason={verdict.reason} user={self.user.name!r} "
+            f"server={self.name!r} pod={self.pod_name} event={verdict.raw!r}"
+        )
+        self.log.warning(log_message)
+        try:
+            await self.stop(now=True)
+        except Exception:
+            self.log.exception("colocate: could not delete pod %s", self.pod_name)
+        text = verdict.user_message or "The server could not start."
+        subject = f"Your server '{self.name}'" if self.name else "Your default server"
+        message = f"{subject} could not start: {text}"
+        raise ColocationRefused(
+            message,
+            f"<p>{html.escape(message)}</p>",
+            log_message,
+            event_verdict=verdict,
+        )
+
+    async def progress(self):
+        """KubeSpawner's progress, with scheduling events told in plain language."""
+        async for event in super().progress():
+            raw = event.get("raw_event")
+            if raw is not None and self._colocation_decision is not None:
+                verdict = self.classify_events()
+                if verdict.user_message and raw.get("message") == verdict.raw:
+                    event = {**event, "message": verdict.user_message}
+            yield event

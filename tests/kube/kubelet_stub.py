@@ -14,7 +14,7 @@ Run by ``ControlPlane`` (``kubelet_stub=True``) as a subprocess and killed by ``
     python kubelet_stub.py --kubeconfig admin.kubeconfig
 
 It prints ``kubelet-stub: ready`` once its first list of pods succeeded, then one line per pod it
-marks Running.
+marks Running. Pods annotated ``kubelet-stub.nebari.dev/hold: "true"`` are left Pending.
 """
 
 from __future__ import annotations
@@ -30,6 +30,9 @@ from kubernetes_asyncio.client.exceptions import ApiException
 # Only bound pods that a kubelet has not reported on yet.
 FIELD_SELECTOR = "spec.nodeName!=,status.phase=Pending"
 HOST_IP = "127.0.0.1"
+# A pod with this annotation stays Pending once bound, as on a node whose kubelet cannot start it
+# (a volume that will not attach, an image that will not pull): tests of event-driven verdicts.
+HOLD_ANNOTATION = "kubelet-stub.nebari.dev/hold"
 
 
 def log(msg: str) -> None:
@@ -52,8 +55,10 @@ class KubeletStub:
 
     @staticmethod
     def wants_status(pod) -> bool:
+        held = (pod.metadata.annotations or {}).get(HOLD_ANNOTATION) == "true"
         return bool(
             pod.spec.node_name
+            and not held
             and pod.metadata.deletion_timestamp is None
             and (pod.status is None or pod.status.phase == "Pending")
         )

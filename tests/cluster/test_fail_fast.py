@@ -1,0 +1,252 @@
+"""Event-driven fail fast: start() ends hopeless spawns from real pod events.
+
+The scheduler's FailedScheduling comes from the real kube-scheduler. Events of components that do
+not run here (cluster-autoscaler, Karpenter, the attach/detach controller) are created through the
+API in their real formats (DESIGN section 9), as those components would write them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+import time
+from datetime import datetime, timezone
+
+import pytest
+
+from nebari_colocate.spawner import ColocationRefused
+
+HOLD = {"kubelet-stub.nebari.dev/hold": "true"}  # the stub leaves the pod Pending once bound
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+async def emit_event(
+    kube, pod_name: str, reason: str, message: str, *, component: str, type_: str = "Normal"
+) -> None:
+    pod = await kube.core.read_namespaced_pod(pod_name, kube.namespace)
+    now = _now()
+    await kube.core.create_namespaced_event(
+        kube.namespace,
+        {
+            "metadata": {"name": f"{pod_name}.{secrets.token_hex(6)}"},
+            "involvedObject": {
+                "kind": "Pod",
+                "apiVersion": "v1",
+                "name": pod_name,
+                "namespace": kube.namespace,
+                "uid": pod.metadata.uid,
+            },
+            "reason": reason,
+            "message": message,
+            "type": type_,
+            "source": {"component": component},
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
+        },
+    )
+
+
+async def wait_for_pod(kube, name: str, timeout: float = 20) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        pods = await kube.core.list_namespaced_pod(kube.namespace)
+        if any(p.metadata.name == name for p in pods.items):
+            return
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"pod {name} never appeared")
+
+
+async def assert_pod_gone(kube, name: str) -> None:
+    pods = await kube.core.list_namespaced_pod(kube.namespace)
+    assert name not in {p.metadata.name for p in pods.items}
+
+
+async def test_pinned_pod_made_unschedulable_after_the_decision_fails_on_the_scheduler_event(
+    kube, spawners
+):
+    await kube.create_node("cpu-1", cpu="4")
+    await kube.create_node("cpu-2", cpu="4")
+    await kube.create_bound_claim("claim-alice")
+    lab = spawners.make("alice")
+    await spawners.start(lab)
+    pinned = (await kube.core.read_namespaced_pod(lab.pod_name, kube.namespace)).spec.node_name
+
+    async def cordon_after_the_decision(spawner, pod):
+        # Runs after get_pod_manifest (the decision said: fits on the pinned node) and before the
+        # pod is created: the node is cordoned in between, as an operator draining it would.
+        await kube.cordon(pinned)
+        return pod
+
+    app = spawners.make("alice", "app", modify_pod_hook=cordon_after_the_decision)
+    started = time.perf_counter()
+    with pytest.raises(ColocationRefused) as refused:
+        await spawners.start(app)
+    elapsed = time.perf_counter() - started
+    verdict = refused.value.event_verdict
+    assert verdict.reason == "unschedulable-pinned"
+    assert verdict.raw.startswith("0/2 nodes are available")
+    assert pinned in refused.value.jupyterhub_message
+    assert refused.value.status_code < 500
+    await assert_pod_gone(kube, app.pod_name)
+    print(f"pinned+cordoned: verdict {elapsed:.2f}s after the spawn request")
+
+
+@pytest.mark.parametrize(
+    "test_variation_id, reason, message, component, type_",
+    [
+        (
+            "cluster-autoscaler-says-no",
+            "NotTriggerScaleUp",
+            "pod didn't trigger scale-up: 2 node(s) didn't match Pod's node affinity/selector, "
+            "1 max node group size reached",
+            "cluster-autoscaler",
+            "Normal",
+        ),
+        (
+            "karpenter-says-no",
+            "FailedScheduling",
+            "Failed to schedule pod, incompatible requirements, key node-type, node-type In [gpu] "
+            "not in node-type In [cpu]",
+            "karpenter",
+            "Warning",
+        ),
+    ],
+)
+async def test_an_autoscaler_that_cannot_add_a_node_ends_the_spawn(
+    kube, spawners, test_variation_id, reason, message, component, type_
+):
+    await kube.create_node("cpu-1", labels={"node-type": "cpu"})
+    await kube.create_bound_claim("claim-alice")
+    lab = spawners.make("alice", node_selector={"node-type": "gpu"}, unschedulable_grace_seconds=0)
+    start = asyncio.ensure_future(spawners.start(lab))
+    await kube.wait_for_failed_scheduling(lab.pod_name)
+    emitted = time.perf_counter()
+    await emit_event(kube, lab.pod_name, reason, message, component=component, type_=type_)
+    with pytest.raises(ColocationRefused) as refused:
+        await start
+    after_event = time.perf_counter() - emitted
+    assert refused.value.event_verdict.reason == "no-scale-up"
+    assert refused.value.event_verdict.raw == message
+    await assert_pod_gone(kube, lab.pod_name)
+    print(f"{test_variation_id}: verdict {after_event:.2f}s after the deciding event")
+
+
+async def test_a_scale_up_in_progress_keeps_the_spawn_waiting_until_the_node_arrives(
+    kube, spawners
+):
+    await kube.create_node("cpu-1", labels={"node-type": "cpu"})
+    await kube.create_bound_claim("claim-alice")
+    lab = spawners.make(
+        "alice",
+        node_selector={"node-type": "gpu"},
+        extra_resource_limits={"nvidia.com/gpu": "1"},
+        unschedulable_grace_seconds=2,
+    )
+    start = asyncio.ensure_future(spawners.start(lab))
+    await kube.wait_for_failed_scheduling(lab.pod_name)
+    await emit_event(
+        kube,
+        lab.pod_name,
+        "TriggeredScaleUp",
+        "pod triggered scale-up: [{gpu-pool 0->1 (max: 4)}]",
+        component="cluster-autoscaler",
+    )
+    await asyncio.sleep(4)  # past the 2 s grace: a scale-up in progress must keep it waiting
+    assert not start.done()
+    assert "autoscaler is adding one" in lab.classify_events().user_message
+    await kube.create_node("gpu-1", labels={"node-type": "gpu"}, extra={"nvidia.com/gpu": "1"})
+    await asyncio.wait_for(start, timeout=30)
+    pod = await kube.core.read_namespaced_pod(lab.pod_name, kube.namespace)
+    assert pod.spec.node_name == "gpu-1"
+
+
+async def test_an_unschedulable_pod_with_no_autoscaler_fails_after_the_grace_period(kube, spawners):
+    await kube.create_node("cpu-1", labels={"node-type": "cpu"})
+    await kube.create_bound_claim("claim-alice")
+    lab = spawners.make("alice", node_selector={"node-type": "gpu"}, unschedulable_grace_seconds=2)
+    started = time.perf_counter()
+    with pytest.raises(ColocationRefused) as refused:
+        await spawners.start(lab)
+    elapsed = time.perf_counter() - started
+    assert refused.value.event_verdict.reason == "unschedulable"
+    assert 2 <= elapsed < 15
+    await assert_pod_gone(kube, lab.pod_name)
+
+
+async def test_multi_attach_ends_the_spawn_naming_only_the_users_own_servers(kube, spawners):
+    await kube.create_node("node-a")
+    await kube.create_bound_claim("claim-alice")
+    app = spawners.make("alice", "pandas-app")
+    await spawners.start(app)
+    lab = spawners.make("alice", extra_annotations=HOLD)
+    start = asyncio.ensure_future(spawners.start(lab))
+    await kube.wait_for_binding(lab.pod_name)
+    message = (
+        'Multi-Attach error for volume "pv-claim-alice" Volume is already used by pod(s) '
+        f"{app.pod_name}, jupyter-bob"
+    )
+    emitted = time.perf_counter()
+    await emit_event(
+        kube,
+        lab.pod_name,
+        "FailedAttachVolume",
+        message,
+        component="attachdetach-controller",
+        type_="Warning",
+    )
+    with pytest.raises(ColocationRefused) as refused:
+        await start
+    after_event = time.perf_counter() - emitted
+    assert refused.value.event_verdict.reason == "multi-attach"
+    text = refused.value.jupyterhub_message
+    assert "'pandas-app'" in text
+    assert "bob" not in text
+    await assert_pod_gone(kube, lab.pod_name)
+    print(f"multi-attach: verdict {after_event:.2f}s after the deciding event")
+
+
+async def test_an_invalid_image_name_ends_the_spawn_at_once(kube, spawners):
+    await kube.create_node("node-a")
+    await kube.create_bound_claim("claim-alice")
+    lab = spawners.make("alice", extra_annotations=HOLD)
+    start = asyncio.ensure_future(spawners.start(lab))
+    await kube.wait_for_binding(lab.pod_name)
+    await emit_event(
+        kube,
+        lab.pod_name,
+        "InspectFailed",
+        'Failed to apply default image tag "Quay.io/Bad:Name": couldn\'t parse image name '
+        '"Quay.io/Bad:Name": invalid reference format: repository name must be lowercase',
+        component="kubelet",
+        type_="Warning",
+    )
+    await emit_event(
+        kube,
+        lab.pod_name,
+        "Failed",
+        "Error: InvalidImageName",
+        component="kubelet",
+        type_="Warning",
+    )
+    with pytest.raises(ColocationRefused) as refused:
+        await start
+    assert refused.value.event_verdict.reason == "image-invalid"
+    await assert_pod_gone(kube, lab.pod_name)
+
+
+async def test_fail_fast_can_be_turned_off(kube, spawners):
+    await kube.create_node("cpu-1", labels={"node-type": "cpu"})
+    await kube.create_bound_claim("claim-alice")
+    lab = spawners.make(
+        "alice",
+        node_selector={"node-type": "gpu"},
+        unschedulable_grace_seconds=1,
+        fail_fast_on_events=False,
+        start_timeout=4,
+    )
+    with pytest.raises(asyncio.TimeoutError):
+        await spawners.start(lab)
