@@ -437,7 +437,11 @@ def _unschedulable_verdict(ev: _Event, grace: float) -> EventVerdict:
 
 
 def _schedule(
-    events: list[_Event], pinned_node: str | None, now: datetime, grace: float
+    events: list[_Event],
+    pinned_node: str | None,
+    now: datetime,
+    grace: float,
+    wants_gpu: bool = False,
 ) -> EventVerdict | None:
     """The verdict of the scheduling phase, or None when the pod is not stuck there."""
     episode = _scheduling_episode(events)
@@ -452,7 +456,7 @@ def _schedule(
     if episode.negative and episode.negative_at > episode.positive_at:
         return _no_scale_up_verdict(episode.negative)
     if episode.positive:
-        gpu = any(_wants_gpu(ev.message) for ev in episode.failures)
+        gpu = wants_gpu or any(_wants_gpu(ev.message) for ev in episode.failures)
         text = _SCALE_UP_GPU_TEXT if gpu else _SCALE_UP_TEXT
         return EventVerdict(WAIT, None, text, episode.positive.message)
 
@@ -626,6 +630,7 @@ def classify(
     unschedulable_grace_seconds: float = 60,
     image_pull_grace_seconds: float = 120,
     own_servers: Mapping[str, str] | None = None,
+    wants_gpu: bool = False,
 ) -> EventVerdict:
     """Decide from one pod's events whether its spawn should keep waiting or fail now.
 
@@ -634,7 +639,8 @@ def classify(
     not pinned).  ``now`` is the current time (naive means UTC).  A grace of 0 (or less) disables
     the rule it belongs to: the spawn then waits for ``start_timeout``.  ``own_servers`` maps the
     user's own pod names to server names (``""`` is the default server); only those are named in
-    the text, other pods are counted.
+    the text, other pods are counted.  ``wants_gpu``: the pod requests a GPU (the scheduler's
+    message may not say so when another filter rejected every node first).
 
     Fail-at-once rules come first (pinned and unschedulable, autoscaler refusal, Multi-Attach,
     invalid image), then the grace rules (unschedulable, image pull), then progress text.
@@ -642,7 +648,7 @@ def classify(
     now = _aware(now)
     ordered = _normalise(events)
 
-    scheduling = _schedule(ordered, pinned_node, now, unschedulable_grace_seconds)
+    scheduling = _schedule(ordered, pinned_node, now, unschedulable_grace_seconds, wants_gpu)
     attach = _multi_attach(ordered, own_servers)
     images = _images(ordered, now, image_pull_grace_seconds)
 

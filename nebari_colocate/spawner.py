@@ -33,9 +33,10 @@ from kubespawner.slugs import is_valid_label, safe_slug
 from tornado import web
 from traitlets import Bool, CaselessStrEnum, Float, List, TraitError, Unicode, default, validate
 
-from . import messages
+from . import messages, metrics
 from .affinity import apply_decision
 from .events import FAIL, EventVerdict, classify
+from .fit import pod_requests
 from .placement import REFUSE, SKIP, Decision, Policy, decide, safe_side
 from .state import load_from_api
 
@@ -342,6 +343,7 @@ class ColocatingKubeSpawner(KubeSpawner):
         self._colocation_release_task: asyncio.Future | None = None
         self._colocation_decision: Decision | None = None
         self._event_verdict: EventVerdict | None = None
+        self._requests_premium = False
         self._warn_jupyterhub5_failure_limit()
 
     def check_colocation_config(self) -> None:
@@ -447,6 +449,7 @@ class ColocatingKubeSpawner(KubeSpawner):
         """Gather the state and decide; any error or timeout takes the safe side."""
         cached = self._reflector_pods()
         started = time.perf_counter()
+        safe = False
         try:
             state = await asyncio.wait_for(
                 load_from_api(
@@ -469,7 +472,9 @@ class ColocatingKubeSpawner(KubeSpawner):
                 exc_info=not isinstance(exc, asyncio.TimeoutError),
             )
             decision = safe_side(pod, cached or [], why)
+            safe = True
         elapsed = time.perf_counter() - started
+        metrics.observe_decision(decision, elapsed, safe_side=safe)
         line = messages.operator_line(decision, username=self.user.name, server_name=self.name)
         log = self.log.warning if decision.verdict == REFUSE or decision.warnings else self.log.info
         log("%s seconds=%.3f", line, elapsed)
@@ -521,6 +526,8 @@ class ColocatingKubeSpawner(KubeSpawner):
             await self._acquire_colocation_lock()
             decision = await self._check(pod)
         self._colocation_decision = decision
+        requested = pod_requests(pod)
+        self._requests_premium = any(requested.get(r, 0) > 0 for r in self.premium_resources)
         manifest = apply_decision(
             pod, decision, self.colocation_label_key, self.colocation_label_value
         )
@@ -552,6 +559,7 @@ class ColocatingKubeSpawner(KubeSpawner):
             unschedulable_grace_seconds=self.unschedulable_grace_seconds,
             image_pull_grace_seconds=self.image_pull_grace_seconds,
             own_servers=self._own_servers(),
+            wants_gpu=self._requests_premium,
         )
 
     async def _watch_events(self, start_future: asyncio.Future) -> EventVerdict | None:
@@ -595,6 +603,7 @@ class ColocatingKubeSpawner(KubeSpawner):
             f"server={self.name!r} pod={self.pod_name} event={verdict.raw!r}"
         )
         self.log.warning(log_message)
+        metrics.observe_event_verdict(verdict.reason or "unknown")
         try:
             await self.stop(now=True)
         except Exception:
@@ -610,11 +619,69 @@ class ColocatingKubeSpawner(KubeSpawner):
         )
 
     async def progress(self):
-        """KubeSpawner's progress, with scheduling events told in plain language."""
-        async for event in super().progress():
-            raw = event.get("raw_event")
-            if raw is not None and self._colocation_decision is not None:
-                verdict = self.classify_events()
-                if verdict.user_message and raw.get("message") == verdict.raw:
-                    event = {**event, "message": verdict.user_message}
-            yield event
+        """Progress of the spawn for the spawn-pending page, in plain language.
+
+        Like KubeSpawner's, it reports this pod's events until the start finishes, but it tracks
+        events by uid (KubeSpawner's index into a time-sorted list skips an event that sorts
+        before one already shown, e.g. an autoscaler event with a coarser timestamp than the
+        scheduler's) and tells scheduling, autoscaler, attach and image events in words.
+        """
+        if not self.events_enabled:
+            return
+        await self._start_watching_events()
+        seen: set[str] = set()
+        progress = 0.0
+        last_text = ""
+        started = time.perf_counter()
+        last_patience = 0.0
+        while True:
+            start_future = self._start_future
+            finished = start_future is not None and start_future.done()
+            elapsed = time.perf_counter() - started
+            threshold = self.slow_spawn_message_threshold
+            if (
+                0 < threshold <= elapsed
+                and elapsed >= last_patience + self.slow_spawn_message_frequency
+            ):
+                last_patience = elapsed
+                yield {"message": self.slow_spawn_message.format(seconds=int(elapsed)).strip()}
+            verdict = self.classify_events() if self._colocation_decision is not None else None
+            for event in self.events:
+                uid = (event.get("metadata") or {}).get("uid") or id(event)
+                if uid in seen:
+                    continue
+                seen.add(uid)
+                progress += (90 - progress) / 3
+                text = f"[{event.get('type')}] {event.get('message')}"
+                if (
+                    verdict is not None
+                    and verdict.user_message
+                    and event.get("reason") in (PLAIN_LANGUAGE_EVENTS)
+                ):
+                    text = verdict.user_message
+                if text == last_text:
+                    continue
+                last_text = text
+                yield {"progress": int(progress), "raw_event": event, "message": text}
+            if verdict is not None and verdict.user_message and verdict.user_message != last_text:
+                last_text = verdict.user_message
+                yield {"progress": int(progress), "message": last_text}
+            if finished:
+                break
+            await asyncio.sleep(1)
+
+
+#: events whose raw message the progress stream replaces with the classifier's plain words
+PLAIN_LANGUAGE_EVENTS = frozenset(
+    {
+        "FailedScheduling",
+        "NotTriggerScaleUp",
+        "TriggeredScaleUp",
+        "Nominated",
+        "FailedAttachVolume",
+        "Failed",
+        "BackOff",
+        "InspectFailed",
+        "ErrImageNeverPull",
+    }
+)

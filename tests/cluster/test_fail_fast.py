@@ -16,6 +16,8 @@ import pytest
 
 from nebari_colocate.spawner import ColocationRefused
 
+from .test_spawner_cluster import metric
+
 HOLD = {"kubelet-stub.nebari.dev/hold": "true"}  # the stub leaves the pod Pending once bound
 
 
@@ -130,6 +132,7 @@ async def test_an_autoscaler_that_cannot_add_a_node_ends_the_spawn(
         await start
     after_event = time.perf_counter() - emitted
     assert refused.value.event_verdict.reason == "no-scale-up"
+    assert metric("nebari_colocate_event_verdicts_total", reason="no-scale-up") >= 1
     assert refused.value.event_verdict.raw == message
     await assert_pod_gone(kube, lab.pod_name)
     print(f"{test_variation_id}: verdict {after_event:.2f}s after the deciding event")
@@ -147,6 +150,14 @@ async def test_a_scale_up_in_progress_keeps_the_spawn_waiting_until_the_node_arr
         unschedulable_grace_seconds=2,
     )
     start = asyncio.ensure_future(spawners.start(lab))
+    progress_messages: list[str] = []
+
+    async def follow_progress():
+        await asyncio.sleep(0.5)  # JupyterHub asks for progress once the spawn is pending
+        async for event in lab.progress():
+            progress_messages.append(event.get("message", ""))
+
+    follower = asyncio.ensure_future(follow_progress())
     await kube.wait_for_failed_scheduling(lab.pod_name)
     await emit_event(
         kube,
@@ -160,8 +171,12 @@ async def test_a_scale_up_in_progress_keeps_the_spawn_waiting_until_the_node_arr
     assert "autoscaler is adding one" in lab.classify_events().user_message
     await kube.create_node("gpu-1", labels={"node-type": "gpu"}, extra={"nvidia.com/gpu": "1"})
     await asyncio.wait_for(start, timeout=30)
+    await asyncio.wait_for(follower, timeout=10)  # progress() ends with the start
     pod = await kube.core.read_namespaced_pod(lab.pod_name, kube.namespace)
     assert pod.spec.node_name == "gpu-1"
+    assert "Waiting for a node with a free GPU: the cluster autoscaler is adding one" in (
+        progress_messages
+    )
 
 
 async def test_an_unschedulable_pod_with_no_autoscaler_fails_after_the_grace_period(kube, spawners):

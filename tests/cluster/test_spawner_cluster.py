@@ -35,6 +35,13 @@ async def cpu_and_gpu_nodes(kube, cpu="4"):
     )
 
 
+def metric(name: str, **labels) -> float:
+    """A sample of JupyterHub's registry (prometheus_client's default), 0 when absent."""
+    from prometheus_client import REGISTRY
+
+    return REGISTRY.get_sample_value(name, labels) or 0.0
+
+
 async def pod_of(kube, spawner) -> dict:
     pod = await kube.core.read_namespaced_pod(spawner.pod_name, kube.namespace)
     return kube.api_client.sanitize_for_serialization(pod)
@@ -92,10 +99,28 @@ async def test_gpu_lab_is_refused_at_once_when_an_app_pins_the_cpu_node(kube, sp
     before_pods, before_claims = await pod_names(kube), await claim_names(kube)
 
     lab = spawners.make("alice", **GPU_PROFILE)
+    refusals_before = metric("nebari_colocate_decisions_total", verdict="refuse")
+    gpu_before = metric(
+        "nebari_colocate_decision_reasons_total",
+        verdict="refuse",
+        kind="reason",
+        reason="insufficient:nvidia.com/gpu",
+    )
     started = time.perf_counter()
     with pytest.raises(ColocationRefused) as refused:
         await spawners.start(lab)
     elapsed = time.perf_counter() - started
+    assert metric("nebari_colocate_decisions_total", verdict="refuse") == refusals_before + 1
+    assert (
+        metric(
+            "nebari_colocate_decision_reasons_total",
+            verdict="refuse",
+            kind="reason",
+            reason="insufficient:nvidia.com/gpu",
+        )
+        == gpu_before + 1
+    )
+    assert metric("nebari_colocate_check_duration_seconds_count") >= 2
 
     decision = refused.value.decision
     assert decision.verdict == "refuse"

@@ -948,3 +948,20 @@ def test_verdict_is_immutable():
     assert verdict == EventVerdict("wait", None, "", "")
     with pytest.raises(dataclasses.FrozenInstanceError):
         verdict.action = "fail"  # type: ignore[misc]
+
+
+@pytest.mark.parametrize("wants_gpu, expect", [(False, "a new node"), (True, "a free GPU")])
+def test_scale_up_text_mentions_a_gpu_when_the_pod_requests_one(wants_gpu, expect):
+    # The selector filter rejected every node first, so the scheduler never said "Insufficient
+    # nvidia.com/gpu"; the spawner knows the pod asks for one.
+    events = [
+        scheduler(
+            "0/1 nodes are available: 1 node(s) didn't match Pod's node affinity/selector. "
+            "preemption: 0/1 nodes are available: 1 Preemption is not helpful for scheduling.",
+            0,
+        ),
+        autoscaler("TriggeredScaleUp", "pod triggered scale-up: [{gpu-pool 0->1 (max: 4)}]", 1),
+    ]
+    verdict = classify(events, pinned_node=None, now=T0 + timedelta(seconds=5), wants_gpu=wants_gpu)
+    assert verdict.action == "wait"
+    assert expect in verdict.user_message

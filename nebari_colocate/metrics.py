@@ -1,0 +1,75 @@
+"""Prometheus metrics, on prometheus_client's default registry: JupyterHub serves that registry
+on ``/hub/metrics``, so these series appear beside JupyterHub's own.
+
+Created on first use and looked up again if the registry has them already, so a hub config that
+is executed twice in one process (jhub-apps does so) never registers a metric twice.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+PREFIX = "nebari_colocate"
+
+
+def _get_or_create(cls, name: str, documentation: str, labelnames=(), **kwargs):
+    from prometheus_client import REGISTRY
+
+    existing = REGISTRY._names_to_collectors.get(name)  # no public lookup by name
+    if existing is not None:
+        return existing
+    return cls(name, documentation, labelnames, **kwargs)
+
+
+@lru_cache(maxsize=1)
+def collectors() -> dict:
+    """The metric objects, created once per process."""
+    from prometheus_client import Counter, Histogram
+
+    return {
+        "decisions": _get_or_create(
+            Counter,
+            f"{PREFIX}_decisions_total",
+            "Pre-spawn co-location decisions, by verdict (skip, colocate, refuse)",
+            ("verdict",),
+        ),
+        "reasons": _get_or_create(
+            Counter,
+            f"{PREFIX}_decision_reasons_total",
+            "Reason codes of refusals and warnings of co-location decisions",
+            ("verdict", "kind", "reason"),
+        ),
+        "safe_side": _get_or_create(
+            Counter,
+            f"{PREFIX}_safe_side_total",
+            "Decisions taken on the safe side because the cluster state could not be gathered",
+        ),
+        "check_seconds": _get_or_create(
+            Histogram,
+            f"{PREFIX}_check_duration_seconds",
+            "Duration of the pre-spawn co-location check (state gathering and decision)",
+            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+        ),
+        "event_verdicts": _get_or_create(
+            Counter,
+            f"{PREFIX}_event_verdicts_total",
+            "Spawns ended early by pod events (fail fast), by reason code",
+            ("reason",),
+        ),
+    }
+
+
+def observe_decision(decision, seconds: float, *, safe_side: bool = False) -> None:
+    m = collectors()
+    m["decisions"].labels(verdict=decision.verdict).inc()
+    for code in decision.reasons:
+        m["reasons"].labels(verdict=decision.verdict, kind="reason", reason=code).inc()
+    for code in decision.warnings:
+        m["reasons"].labels(verdict=decision.verdict, kind="warning", reason=code).inc()
+    if safe_side:
+        m["safe_side"].inc()
+    m["check_seconds"].observe(seconds)
+
+
+def observe_event_verdict(reason: str) -> None:
+    collectors()["event_verdicts"].labels(reason=reason).inc()

@@ -1,0 +1,757 @@
+"""The reports of ``nebari-colocate explain`` and ``audit``, from plain objects.  (pure)
+
+The CLI gathers a :class:`Snapshot` from the Kubernetes API (camelCase dicts as the API returns
+them) and a :class:`~nebari_colocate.placement.Decision` from ``placement.decide``; the functions
+here turn them into a JSON-ready dict and into plain aligned text.  Quantities in the JSON are the
+integers the kube-scheduler compares: cpu in millicores, memory and ephemeral-storage in bytes,
+everything else in whole units.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from decimal import Decimal
+
+from . import fit, messages
+from .placement import (
+    REFUSE,
+    SKIP,
+    Decision,
+    Policy,
+    claim_modes,
+    holds_volume,
+    is_exclusive,
+    pod_claims,
+)
+
+SERVERNAME_LABEL = "hub.jupyter.org/servername"
+USER_POD_COMPONENT = "singleuser-server"
+#: the name of the pod ``explain`` judges when the server is not running (it matches no real pod)
+EXPLAIN_POD_NAME = "nebari-colocate-explain"
+
+_RESOURCE_ORDER = ("cpu", "memory", "ephemeral-storage", "pods")
+
+
+@dataclass
+class Snapshot:
+    """What the CLI read from the API.  ``None`` means "not readable" (403)."""
+
+    namespace: str
+    pods: list[dict] = field(default_factory=list)  # the namespace's pods
+    pvcs: dict[str, dict] = field(default_factory=dict)  # claim name -> PVC of the namespace
+    nodes: dict[str, dict] | None = field(default_factory=dict)  # name -> Node (those read)
+    #: node name -> pods bound to it (every namespace when ``node_pods_complete``)
+    node_pods: dict[str, list[dict]] = field(default_factory=dict)
+    node_pods_complete: bool = True
+    volume_attachments: list[dict] | None = field(default_factory=list)
+    #: why something was not readable, and what it costs (shown under "Notes")
+    notes: list[str] = field(default_factory=list)
+
+
+# --------------------------------------------------------------------------------------------------
+# small helpers on plain dicts
+
+
+def _meta(obj: Mapping) -> Mapping:
+    return obj.get("metadata") or {}
+
+
+def _spec(obj: Mapping) -> Mapping:
+    return obj.get("spec") or {}
+
+
+def pod_user(pod: Mapping) -> str:
+    """The username of a user pod: the raw-name annotation, else the (slugged) label; else ""."""
+    meta = _meta(pod)
+    annotations = meta.get("annotations") or {}
+    if messages.USERNAME_ANNOTATION in annotations:
+        return annotations[messages.USERNAME_ANNOTATION]
+    return (meta.get("labels") or {}).get(messages.USERNAME_LABEL, "")
+
+
+def pod_server(pod: Mapping) -> str:
+    """The server name of a user pod (``""`` for the default server)."""
+    meta = _meta(pod)
+    annotations = meta.get("annotations") or {}
+    if messages.SERVERNAME_ANNOTATION in annotations:
+        return annotations[messages.SERVERNAME_ANNOTATION] or ""
+    if messages.USERNAME_ANNOTATION in annotations:
+        return ""  # KubeSpawner writes no servername annotation for the default server
+    return (meta.get("labels") or {}).get(SERVERNAME_LABEL, "")
+
+
+def server_display(name: str) -> str:
+    return name or "(default)"
+
+
+def owned_by(obj: Mapping, username: str, label_value: str) -> bool:
+    """Owned by ``username``: by the raw-name annotation; without one (objects made by older
+    versions), by the ``hub.jupyter.org/username`` label, KubeSpawner's safe slug of the name."""
+    meta = _meta(obj)
+    annotations = meta.get("annotations") or {}
+    if messages.USERNAME_ANNOTATION in annotations:
+        return annotations[messages.USERNAME_ANNOTATION] == username
+    return bool(label_value) and (meta.get("labels") or {}).get(
+        messages.USERNAME_LABEL
+    ) == label_value
+
+
+def is_user_pod(pod: Mapping) -> bool:
+    """A JupyterHub server pod: it names its user in an annotation or label."""
+    return bool(pod_user(pod))
+
+
+def _server_key(pod: Mapping) -> tuple:
+    server = pod_server(pod)
+    return (server != "", server, _meta(pod).get("name", ""))
+
+
+def user_pods(pods: Iterable[Mapping], username: str, label_value: str) -> list[dict]:
+    """The user's pods, default server first, then by server name."""
+    return sorted((dict(p) for p in pods if owned_by(p, username, label_value)), key=_server_key)
+
+
+def user_claims(
+    own_pods: Iterable[Mapping], pvcs: Mapping[str, Mapping], username: str, label_value: str
+) -> list[str]:
+    """Claims the user's pods mount, plus claims KubeSpawner created for the user (it writes the
+    username annotation on the PVCs it creates)."""
+    names = {c for p in own_pods for c in pod_claims(p)}
+    names.update(n for n, pvc in pvcs.items() if owned_by(pvc, username, label_value))
+    return sorted(names)
+
+
+def _phase(pod: Mapping) -> str:
+    if _meta(pod).get("deletionTimestamp"):
+        return "Terminating"
+    return (pod.get("status") or {}).get("phase") or "Pending"
+
+
+def _shared_tolerations(own_pods: Sequence[Mapping]) -> list[dict]:
+    """Tolerations every one of the user's pods has: the deployment-wide ones (such as
+    zero-to-jupyterhub's ``hub.jupyter.org/dedicated=user``), not a profile's."""
+    if not own_pods:
+        return []
+    first = [dict(t) for t in _spec(own_pods[0]).get("tolerations") or []]
+    return [t for t in first if all(t in (_spec(p).get("tolerations") or []) for p in own_pods)]
+
+
+def minimal_pod(
+    username: str,
+    label_value: str,
+    server: str,
+    namespace: str,
+    claims: Sequence[str],
+    own_pods: Sequence[Mapping],
+) -> dict:
+    """The pod ``explain`` judges without ``--pod``: no requests, no node selection, the user's
+    claims, and the tolerations all of the user's running servers share.
+
+    It takes the name of the server's running pod (a restart replaces it) or a name no pod has.
+    """
+    running = [p for p in own_pods if pod_server(p) == server]
+    name = _meta(running[0]).get("name") if running else EXPLAIN_POD_NAME
+    annotations = {messages.USERNAME_ANNOTATION: username}
+    if server:
+        annotations[messages.SERVERNAME_ANNOTATION] = server
+    spec: dict = {
+        "containers": [{"name": "notebook", "image": "nebari-colocate-explain"}],
+        "volumes": [
+            {"name": f"volume-{i}", "persistentVolumeClaim": {"claimName": c}}
+            for i, c in enumerate(claims)
+        ],
+    }
+    tolerations = _shared_tolerations(own_pods)
+    if tolerations:
+        spec["tolerations"] = tolerations
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": {messages.USERNAME_LABEL: label_value, "component": USER_POD_COMPONENT},
+            "annotations": annotations,
+        },
+        "spec": spec,
+    }
+
+
+# --------------------------------------------------------------------------------------------------
+# nodes
+
+
+def _resource_key(resource: str) -> tuple:
+    if resource in _RESOURCE_ORDER:
+        return (0, _RESOURCE_ORDER.index(resource), resource)
+    return (1, 0, resource)
+
+
+def node_headroom(node: Mapping, pods: Iterable[Mapping]) -> dict[str, dict[str, int]]:
+    """Per resource: allocatable, requested (by the pods bound to the node that are not finished,
+    as the scheduler counts them) and free.  Resources with nothing allocatable or requested are
+    left out (kubelets report ``hugepages-*: 0``)."""
+    name = _meta(node).get("name", "")
+    allocatable_raw = (node.get("status") or {}).get("allocatable") or {}
+    allocatable = {k: fit.scheduler_units(k, v) for k, v in allocatable_raw.items()}
+    used, count = fit.node_usage(name, pods)
+    used = {**used, "pods": count}
+    rows = {}
+    for resource in sorted(set(allocatable) | set(used), key=_resource_key):
+        have, want = allocatable.get(resource, 0), used.get(resource, 0)
+        if have == 0 and want == 0:
+            continue
+        rows[resource] = {"allocatable": have, "requested": want, "free": have - want}
+    return rows
+
+
+def node_premium(node: Mapping, resources: Iterable[str]) -> dict[str, int]:
+    """The premium resources a node offers (allocatable > 0)."""
+    allocatable = (node.get("status") or {}).get("allocatable") or {}
+    found = {}
+    for resource in resources:
+        if resource in allocatable:
+            units = fit.scheduler_units(resource, allocatable[resource])
+            if units > 0:
+                found[resource] = units
+    return found
+
+
+def requests_premium(pod: Mapping, resources: Iterable[str]) -> bool:
+    requested = fit.pod_requests(pod)
+    return any(requested.get(r, 0) > 0 for r in resources)
+
+
+def quantity(resource: str, units: int) -> str:
+    """Scheduler units as a person reads them: ``1.5`` (cores), ``16 GiB``, ``110``."""
+    if resource == "cpu":
+        return f"{(Decimal(units) / 1000).normalize():f}"
+    if resource in ("memory", "ephemeral-storage"):
+        return fit.format_units(resource, units)
+    return str(units)
+
+
+def _attached_nodes(pv_name: str | None, attachments: Iterable[Mapping]) -> list[str]:
+    if not pv_name:
+        return []
+    return sorted(
+        {
+            _spec(va).get("nodeName")
+            for va in attachments
+            if (_spec(va).get("source") or {}).get("persistentVolumeName") == pv_name
+            and (va.get("status") or {}).get("attached") is True
+            and _spec(va).get("nodeName")
+        }
+    )
+
+
+def _holder_nodes(claim: str, pods: Iterable[Mapping]) -> dict[str, list[str]]:
+    """Node -> names of the pods holding ``claim`` there (bound and not finished)."""
+    nodes: dict[str, list[str]] = {}
+    for pod in pods:
+        if holds_volume(pod) and claim in pod_claims(pod):
+            nodes.setdefault(_spec(pod)["nodeName"], []).append(_meta(pod).get("name", ""))
+    return {n: sorted(names) for n, names in sorted(nodes.items())}
+
+
+# --------------------------------------------------------------------------------------------------
+# what a decision means, in words (shared with ``simulate``)
+
+
+def outcome_lines(decision: Decision, message: str) -> list[str]:
+    """The user message of a refusal, else a sentence on where the server starts; warnings."""
+    if decision.verdict == REFUSE:
+        lines = [message]
+    elif decision.verdict == SKIP:
+        lines = [
+            "Its volumes can be used from any node: no co-location needed, the server starts "
+            "wherever the scheduler likes."
+        ]
+    elif decision.node:
+        lines = [f"The server starts on node {decision.node}, beside the servers using its volume."]
+    else:
+        lines = ["The server starts on any node; later servers of this user will join it there."]
+    lines.extend(f"warning: {w}" for w in decision.warnings)
+    return lines
+
+
+# --------------------------------------------------------------------------------------------------
+# explain
+
+
+def explain_report(
+    username: str,
+    label_value: str,
+    snapshot: Snapshot,
+    *,
+    server: str,
+    pod: Mapping,
+    pod_source: str,
+    decision: Decision,
+    policy: Policy,
+) -> dict:
+    """The JSON of ``nebari-colocate explain``: servers, claims, nodes, and the new server."""
+    namespace = snapshot.namespace
+    own = user_pods(snapshot.pods, username, label_value)
+    claims = user_claims(own, snapshot.pvcs, username, label_value)
+    for claim in pod_claims(pod):
+        if claim not in claims:
+            claims.append(claim)
+
+    servers = [
+        {
+            "server": pod_server(p),
+            "pod": _meta(p).get("name", ""),
+            "node": _spec(p).get("nodeName"),
+            "phase": _phase(p),
+            "claims": pod_claims(p),
+        }
+        for p in own
+    ]
+
+    claim_rows = []
+    for name in claims:
+        pvc = snapshot.pvcs.get(name)
+        modes = claim_modes(pvc, policy)
+        volume = _spec(pvc).get("volumeName") if pvc else None
+        attached = (
+            _attached_nodes(volume, snapshot.volume_attachments)
+            if snapshot.volume_attachments is not None
+            else None
+        )
+        claim_rows.append(
+            {
+                "claim": name,
+                "exists": pvc is not None,
+                "access_modes": modes,
+                "exclusive": is_exclusive(modes),
+                "storage_class": _spec(pvc).get("storageClassName") if pvc else None,
+                "volume": volume or None,
+                "in_use_on": sorted(_holder_nodes(name, snapshot.pods)),
+                "attached_on": attached,
+            }
+        )
+
+    node_names = {s["node"] for s in servers if s["node"]}
+    node_names.update(decision.split_nodes)
+    if decision.node:
+        node_names.add(decision.node)
+    nodes = [_node_row(n, snapshot, policy) for n in sorted(node_names)]
+
+    message = messages.user_message(
+        decision, pod, username=username, server_name=server, user_label=label_value
+    )
+    new_server = {
+        **decision.as_json(message),
+        "server": server,
+        "pod": pod_source,
+        "pod_name": _meta(pod).get("name"),
+        "notes": list(decision.notes),
+        "outcome": outcome_lines(decision, message),
+        "operator_line": messages.operator_line(decision, username=username, server_name=server),
+    }
+    return {
+        "user": username,
+        "namespace": namespace,
+        "servers": servers,
+        "claims": claim_rows,
+        "pinned_node": decision.node,
+        "pinned_by": decision.pinned_by,
+        "split_nodes": list(decision.split_nodes),
+        "nodes": nodes,
+        "new_server": new_server,
+        "notes": list(snapshot.notes),
+    }
+
+
+def _node_row(name: str, snapshot: Snapshot, policy: Policy) -> dict:
+    row: dict = {
+        "name": name,
+        "readable": snapshot.nodes is not None,
+        "found": None,
+        "cordoned": None,
+        "premium": None,
+        "headroom": None,
+        "pods_counted": None,
+    }
+    if snapshot.nodes is None:
+        return row
+    node = snapshot.nodes.get(name)
+    row["found"] = node is not None
+    if node is None:
+        return row
+    row["cordoned"] = bool(_spec(node).get("unschedulable"))
+    row["premium"] = node_premium(node, policy.premium_resources)
+    row["headroom"] = node_headroom(node, snapshot.node_pods.get(name, []))
+    row["pods_counted"] = "all namespaces" if snapshot.node_pods_complete else "this namespace"
+    return row
+
+
+def _join(items: Iterable[str], empty: str = "-") -> str:
+    items = list(items)
+    return ", ".join(items) if items else empty
+
+
+def table(headers: Sequence[str], rows: Iterable[Sequence[object]], indent: str = "  ") -> list[str]:
+    """Aligned plain-text columns, two spaces apart."""
+    cells = [[str(c) for c in row] for row in rows]
+    widths = [max([len(h), *(len(r[i]) for r in cells)]) for i, h in enumerate(headers)]
+
+    def line(row: Sequence[str]) -> str:
+        return (indent + "  ".join(c.ljust(w) for c, w in zip(row, widths))).rstrip()
+
+    return [line(list(headers)), *(line(r) for r in cells)]
+
+
+def _percent(used: int, have: int) -> str:
+    return f" ({round(100 * used / have)}%)" if have > 0 else ""
+
+
+def _node_title(row: Mapping, report: Mapping) -> str:
+    flags = []
+    if row["name"] == report.get("pinned_node"):
+        if report.get("pinned_by") == "attachment":
+            flags.append("pinned: a claim's volume is still attached there")
+        else:
+            flags.append("pinned: the exclusive claims are in use there")
+    if row["name"] in report.get("split_nodes", []):
+        flags.append("a claim is in use here and on another node")
+    if row.get("cordoned"):
+        flags.append("cordoned")
+    if row.get("premium"):
+        flags.append("premium: " + ", ".join(f"{k}={v}" for k, v in row["premium"].items()))
+    return f"Node {row['name']}" + (f" ({'; '.join(flags)})" if flags else "")
+
+
+def render_explain(report: Mapping) -> str:
+    """The human form of :func:`explain_report`."""
+    user, namespace = report["user"], report["namespace"]
+    lines = [f"User {user} in namespace {namespace}", ""]
+
+    lines.append("Servers")
+    if report["servers"]:
+        lines += table(
+            ("SERVER", "POD", "NODE", "PHASE", "CLAIMS"),
+            (
+                (
+                    server_display(s["server"]),
+                    s["pod"],
+                    s["node"] or "-",
+                    s["phase"],
+                    _join(s["claims"]),
+                )
+                for s in report["servers"]
+            ),
+        )
+    else:
+        lines.append("  none running")
+    lines.append("")
+
+    lines.append("Claims")
+    if report["claims"]:
+        lines += table(
+            ("CLAIM", "ACCESS MODES", "EXCLUSIVE", "VOLUME", "IN USE ON", "ATTACHED ON"),
+            (
+                (
+                    c["claim"],
+                    _join(c["access_modes"]) + ("" if c["exists"] else " (not created yet)"),
+                    "yes" if c["exclusive"] else "no",
+                    c["volume"] or "-",
+                    _join(c["in_use_on"]),
+                    "?" if c["attached_on"] is None else _join(c["attached_on"]),
+                )
+                for c in report["claims"]
+            ),
+        )
+    else:
+        lines.append("  none found")
+    lines.append("")
+
+    for row in report["nodes"]:
+        lines.append(_node_title(row, report))
+        if not row["readable"]:
+            lines.append("  headroom unknown: nodes are not readable with these credentials")
+        elif not row["found"]:
+            lines.append("  node not found")
+        else:
+            headroom = row["headroom"]
+            lines += table(
+                ("RESOURCE", "ALLOCATABLE", "REQUESTED", "FREE"),
+                (
+                    (
+                        r,
+                        quantity(r, v["allocatable"]),
+                        quantity(r, v["requested"]) + _percent(v["requested"], v["allocatable"]),
+                        quantity(r, v["free"]),
+                    )
+                    for r, v in headroom.items()
+                ),
+            )
+            if row["pods_counted"] != "all namespaces":
+                lines.append("  (requests of this namespace's pods only)")
+        lines.append("")
+
+    new = report["new_server"]
+    if new["pod"] == "minimal":
+        what = "a pod that requests nothing and mounts " + _join(new["claims"], "no claim")
+    else:
+        what = f"the pod in {new['pod']}"
+    lines.append(f"Starting {_server_phrase(new['server'])} ({what})")
+    verdict = new["verdict"]
+    if new["node"]:
+        verdict += f" on node {new['node']}"
+    if new["reasons"]:
+        verdict += ": " + ", ".join(new["reasons"])
+    if not new["verified"]:
+        verdict += " (unverified)"
+    lines.append(f"  verdict: {verdict}")
+    lines += [f"  {line}" for line in new["outcome"]]
+    lines.append(f"  {new['operator_line']}")
+
+    notes = [*report["notes"], *new["notes"]]
+    if notes:
+        lines += ["", "Notes"]
+        lines += [f"  - {n}" for n in dict.fromkeys(notes)]
+    return "\n".join(lines)
+
+
+def _server_phrase(server: str) -> str:
+    return f"server '{server}'" if server else "the default server"
+
+
+# --------------------------------------------------------------------------------------------------
+# audit
+
+
+def _claim_exclusive(name: str, snapshot: Snapshot, policy: Policy) -> bool:
+    return is_exclusive(claim_modes(snapshot.pvcs.get(name), policy))
+
+
+def audit_report(snapshot: Snapshot, policy: Policy, *, deployment_mode_given: bool) -> dict:
+    """The JSON of ``nebari-colocate audit``.
+
+    ``policy.storage_access_mode`` is the deployment's mode; RWO claims left in a ReadWriteMany
+    deployment are listed only when it was given (``deployment_mode_given``) and is RWX.
+    """
+    pods = snapshot.pods
+    live = [p for p in pods if holds_volume(p)]
+    all_claims = sorted({c for p in pods for c in pod_claims(p)} | set(snapshot.pvcs))
+    exclusive = {c for c in all_claims if _claim_exclusive(c, snapshot, policy)}
+
+    # Users pinned by exclusive claims: their bound pods that mount one.
+    pinned: dict[str, dict] = {}
+    for pod in sorted(live, key=lambda p: (pod_user(p), *_server_key(p))):
+        user = pod_user(pod)
+        claims = [c for c in pod_claims(pod) if c in exclusive]
+        if not user or not claims:
+            continue
+        entry = pinned.setdefault(user, {"user": user, "nodes": [], "servers": [], "claims": []})
+        node = _spec(pod)["nodeName"]
+        if node not in entry["nodes"]:
+            entry["nodes"].append(node)
+        entry["servers"].append(
+            {"server": pod_server(pod), "pod": _meta(pod).get("name", ""), "node": node}
+        )
+        entry["claims"] = sorted(set(entry["claims"]) | set(claims))
+    pinned_users = [pinned[u] for u in sorted(pinned)]
+    for entry in pinned_users:
+        entry["nodes"].sort()
+
+    stranded = _stranded_pods(live, snapshot, policy)
+
+    rwo_claims = None
+    if deployment_mode_given and policy.storage_access_mode == "ReadWriteMany":
+        rwo_claims = []
+        for name in sorted(snapshot.pvcs):
+            pvc = snapshot.pvcs[name]
+            holders = [p for p in live if name in pod_claims(p)]
+            users = {pod_user(pvc)} - {""}
+            users.update(pod_user(p) for p in pods if name in pod_claims(p) and is_user_pod(p))
+            if not users or name not in exclusive:
+                continue
+            rwo_claims.append(
+                {
+                    "claim": name,
+                    "users": sorted(users),
+                    "access_modes": claim_modes(pvc, policy),
+                    "storage_class": _spec(pvc).get("storageClassName"),
+                    "in_use_by": sorted(_meta(p).get("name", "") for p in holders),
+                    "nodes": sorted({_spec(p)["nodeName"] for p in holders}),
+                }
+            )
+
+    splits = []
+    for name in sorted(exclusive):
+        by_node = _holder_nodes(name, live)
+        pvc = snapshot.pvcs.get(name)
+        volume = _spec(pvc).get("volumeName") if pvc else None
+        attached = (
+            _attached_nodes(volume, snapshot.volume_attachments)
+            if snapshot.volume_attachments is not None
+            else []
+        )
+        nodes = sorted(set(by_node) | set(attached))
+        if len(nodes) > 1:
+            splits.append(
+                {
+                    "claim": name,
+                    "nodes": nodes,
+                    "pods": by_node,
+                    "attached_on": attached if snapshot.volume_attachments is not None else None,
+                }
+            )
+
+    return {
+        "namespace": snapshot.namespace,
+        "storage_access_mode": policy.storage_access_mode if deployment_mode_given else None,
+        "premium_resources": list(policy.premium_resources),
+        "node_access": snapshot.nodes is not None,
+        "attachment_access": snapshot.volume_attachments is not None,
+        "pinned_users": pinned_users,
+        "stranded_pods": stranded,
+        "rwo_claims": rwo_claims,
+        "split_attachments": splits,
+        "notes": list(snapshot.notes),
+    }
+
+
+def _stranded_pods(live: list[dict], snapshot: Snapshot, policy: Policy) -> list[dict]:
+    """User pods on premium nodes that request no premium resource (failure mode 2).
+
+    Without Node access a node counts as premium only when a pod of the namespace bound to it
+    requests a premium resource (so a pod left alone there is not found).
+    """
+    resources = policy.premium_resources
+    by_node: dict[str, list[dict]] = {}
+    for pod in live:
+        by_node.setdefault(_spec(pod)["nodeName"], []).append(pod)
+    result = []
+    for node_name in sorted(by_node):
+        on_node = by_node[node_name]
+        premium_pods = sorted(
+            _meta(p).get("name", "") for p in on_node if requests_premium(p, resources)
+        )
+        if snapshot.nodes is not None:
+            node = snapshot.nodes.get(node_name)
+            premium = node_premium(node, resources) if node is not None else {}
+            inferred = False
+        else:
+            premium = {r: 0 for r in resources if any(_requests(p, r) for p in on_node)}
+            inferred = True
+        if not premium:
+            continue
+        for pod in sorted(on_node, key=lambda p: (pod_user(p), *_server_key(p))):
+            if not is_user_pod(pod) or requests_premium(pod, resources):
+                continue
+            result.append(
+                {
+                    "user": pod_user(pod),
+                    "server": pod_server(pod),
+                    "pod": _meta(pod).get("name", ""),
+                    "node": node_name,
+                    "node_premium": premium,
+                    "premium_pods_on_node": premium_pods,
+                    "inferred": inferred,
+                }
+            )
+    return result
+
+
+def _requests(pod: Mapping, resource: str) -> bool:
+    return fit.pod_requests(pod).get(resource, 0) > 0
+
+
+def render_audit(report: Mapping) -> str:
+    """The human form of :func:`audit_report`."""
+    mode = report["storage_access_mode"]
+    head = f"Audit of namespace {report['namespace']}"
+    if mode:
+        head += f" (deployment storage access mode {mode})"
+    lines = [head, ""]
+
+    pinned = report["pinned_users"]
+    lines.append(f"Users pinned to a node by exclusive (ReadWriteOnce) claims: {len(pinned)}")
+    if pinned:
+        lines += table(
+            ("USER", "NODE", "SERVERS", "CLAIMS"),
+            (
+                (
+                    u["user"],
+                    _join(u["nodes"]),
+                    _join(server_display(s["server"]) for s in u["servers"]),
+                    _join(u["claims"]),
+                )
+                for u in pinned
+            ),
+        )
+    lines.append("")
+
+    stranded = report["stranded_pods"]
+    lines.append(
+        f"Servers on premium nodes that request no premium resource: {len(stranded)}"
+    )
+    if stranded:
+        lines += table(
+            ("USER", "SERVER", "POD", "NODE", "NODE OFFERS", "PREMIUM PODS THERE"),
+            (
+                (
+                    s["user"],
+                    server_display(s["server"]),
+                    s["pod"],
+                    s["node"],
+                    _join(
+                        f"{k}={v}" if not s["inferred"] else f"{k} (inferred)"
+                        for k, v in s["node_premium"].items()
+                    ),
+                    _join(s["premium_pods_on_node"], "none: this pod alone keeps the node"),
+                )
+                for s in stranded
+            ),
+        )
+    lines.append("")
+
+    rwo = report["rwo_claims"]
+    if rwo is None:
+        lines.append(
+            "ReadWriteOnce claims in a ReadWriteMany deployment: not checked (pass "
+            "--storage-access-mode ReadWriteMany if the hub creates ReadWriteMany claims)"
+        )
+    else:
+        lines.append(f"ReadWriteOnce claims in a ReadWriteMany deployment: {len(rwo)}")
+        if rwo:
+            lines += table(
+                ("CLAIM", "USER", "ACCESS MODES", "STORAGE CLASS", "IN USE BY"),
+                (
+                    (
+                        c["claim"],
+                        _join(c["users"]),
+                        _join(c["access_modes"]),
+                        c["storage_class"] or "-",
+                        _join(c["in_use_by"]),
+                    )
+                    for c in rwo
+                ),
+            )
+    lines.append("")
+
+    splits = report["split_attachments"]
+    lines.append(f"Exclusive claims in use on more than one node: {len(splits)}")
+    if splits:
+        lines += table(
+            ("CLAIM", "NODES", "PODS", "ATTACHED ON"),
+            (
+                (
+                    s["claim"],
+                    _join(s["nodes"]),
+                    _join(f"{pod}@{node}" for node, names in s["pods"].items() for pod in names),
+                    "?" if s["attached_on"] is None else _join(s["attached_on"]),
+                )
+                for s in splits
+            ),
+        )
+
+    if report["notes"]:
+        lines += ["", "Notes"]
+        lines += [f"  - {n}" for n in report["notes"]]
+    return "\n".join(lines)
