@@ -2,17 +2,24 @@
 
 ``simulate`` decides offline from a cluster dump (DESIGN section 8: its JSON fields, reason codes
 and exit codes are a contract other tools read; extend, never rename).
+
+``explain`` and ``audit`` read the live cluster through the current kubeconfig (``--kubeconfig``,
+else ``$KUBECONFIG``, else ``~/.kube/config``; inside a pod with none of those, the pod's service
+account).  They gather here and leave the reports to :mod:`nebari_colocate.report`.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
+import os
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
-from . import __version__, fit, messages
-from .placement import Policy, decide
+from . import __version__, fit, messages, report
+from .placement import Policy, decide, pod_claims
 from .state import ClusterState, StateError, read_yaml
 
 ACCESS_MODES = ("ReadWriteOnce", "ReadWriteMany")
@@ -21,6 +28,10 @@ PREMIUM_POLICIES = ("allow", "warn", "refuse")
 
 class UsageError(Exception):
     """Bad input: exit status 2 with one line on stderr."""
+
+
+class ClusterError(Exception):
+    """The cluster could not be read (kubeconfig, network, permissions): exit status 2."""
 
 
 def _caseless(choices: Sequence[str], what: str):
@@ -43,7 +54,8 @@ class _Parser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="nebari-colocate",
-        description="Volume-aware co-location for KubeSpawner: simulate its decisions.",
+        description="Volume-aware co-location for KubeSpawner: simulate its decisions offline, "
+        "explain a user's placement and audit a namespace on the live cluster.",
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
@@ -74,7 +86,97 @@ def build_parser() -> argparse.ArgumentParser:
         help="allow, warn or refuse a pod without GPU requests on a GPU node (default: warn)",
     )
     sim.add_argument("--json", action="store_true", help="print one JSON object")
+
+    exp = sub.add_parser(
+        "explain",
+        help="a user's servers, claims, pinned node and headroom, and what a new server gets",
+        description="Show USER's servers and their nodes, the claims they mount and their access "
+        "modes, the node the claims pin them to and its headroom, and what starting a server "
+        "would get: the spawner's decision on the live cluster.",
+    )
+    exp.add_argument("user", metavar="USER", help="the JupyterHub username")
+    exp.add_argument(
+        "--server",
+        metavar="NAME",
+        help="the server to judge (default: the default server, or the one named in --pod)",
+    )
+    exp.add_argument(
+        "--pod",
+        metavar="POD.yaml",
+        help="the pod manifest to judge (default: a pod that requests nothing and mounts the "
+        "user's claims)",
+    )
+    _live_options(exp)
+    exp.add_argument(
+        "--premium-node-policy",
+        type=_caseless(PREMIUM_POLICIES, "premium node policy"),
+        default="warn",
+        help="allow, warn or refuse a pod without GPU requests on a GPU node (default: warn)",
+    )
+
+    aud = sub.add_parser(
+        "audit",
+        help="pinned users, servers stranded on premium nodes, claims to migrate, split claims",
+        description="Audit a namespace: users whose exclusive (ReadWriteOnce) claims pin their "
+        "servers, servers on premium nodes that request no premium resource, ReadWriteOnce "
+        "claims left in a ReadWriteMany deployment, and exclusive claims in use on two nodes.",
+    )
+    _live_options(aud, mode_default=None)
     return parser
+
+
+def _resource_list(value: str) -> tuple[str, ...]:
+    names = tuple(n.strip() for n in value.split(",") if n.strip())
+    for name in names:
+        if "/" not in name:
+            raise argparse.ArgumentTypeError(
+                f"invalid premium resource {name!r}: use extended resource names such as "
+                "nvidia.com/gpu"
+            )
+    return names
+
+
+def _live_options(parser: argparse.ArgumentParser, mode_default: str | None = "ReadWriteOnce"):
+    parser.add_argument(
+        "--namespace",
+        "-n",
+        metavar="NS",
+        help="the hub's namespace (default: the kubeconfig context's namespace, else default)",
+    )
+    parser.add_argument(
+        "--kubeconfig",
+        metavar="PATH",
+        help="kubeconfig file (default: $KUBECONFIG, else ~/.kube/config)",
+    )
+    parser.add_argument("--context", metavar="NAME", help="kubeconfig context to use")
+    if mode_default is None:
+        mode_help = (
+            "the access mode the hub creates claims with; ReadWriteMany lists the "
+            "ReadWriteOnce claims that need migration (default: not checked)"
+        )
+    else:
+        mode_help = f"access mode of claims not created yet (default: {mode_default})"
+    parser.add_argument(
+        "--storage-access-mode",
+        type=_caseless(ACCESS_MODES, "storage access mode"),
+        default=mode_default,
+        help=mode_help,
+    )
+    parser.add_argument(
+        "--premium-resources",
+        type=_resource_list,
+        default=("nvidia.com/gpu", "amd.com/gpu"),
+        metavar="R1,R2",
+        help="extended resources that make a node premium (default: nvidia.com/gpu,amd.com/gpu)",
+    )
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="give up when the API has not answered in this time (default: 30)",
+    )
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
 
 
 def load_pod(path: str) -> dict:
@@ -128,20 +230,373 @@ def simulate(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(decision.as_json(text), sort_keys=False))
         return 0
-    if decision.verdict == "refuse":
-        print(text)
-    elif decision.verdict == "skip":
-        print(
-            "Its volumes can be used from any node: no co-location needed, the server starts "
-            "wherever the scheduler likes."
-        )
-    elif decision.node:
-        print(f"The server starts on node {decision.node}, beside the servers using its volume.")
-    else:
-        print("The server starts on any node; later servers of this user will join it there.")
-    for warning in decision.warnings:
-        print(f"warning: {warning}")
+    for line in report.outcome_lines(decision, text):
+        print(line)
     print(messages.operator_line(decision, username=username, server_name=server))
+    return 0
+
+
+# --------------------------------------------------------------------------------------------------
+# the live cluster: connection
+
+
+#: where Kubernetes mounts a pod's service account (used when no kubeconfig exists)
+SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
+
+_RBAC_HINT = "examples/rbac.yaml grants it"
+_ROLE_HINT = (
+    "explain and audit need get and list on pods and persistentvolumeclaims in the hub's "
+    "namespace, which zero-to-jupyterhub's hub Role grants"
+)
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return text if len(text) <= 300 else text[:297] + "..."
+
+
+class Connection:
+    """An ApiClient, the namespace the credentials default to, and the server's address."""
+
+    def __init__(self, api_client, namespace: str | None, server: str, source: str):
+        self.api_client = api_client
+        self.namespace = namespace
+        self.server = server
+        self.source = source
+
+
+def kubeconfig_paths(option: str | None, environ) -> str:
+    """``--kubeconfig``, else ``$KUBECONFIG`` (a list, as kubectl reads it), else the default.
+
+    Read from the environment at call time: kubernetes_asyncio reads ``$KUBECONFIG`` once, at
+    import.
+    """
+    return option or environ.get("KUBECONFIG") or str(Path.home() / ".kube" / "config")
+
+
+async def connect(kubeconfig: str | None, context: str | None, environ=None) -> Connection:
+    """An API client from the kubeconfig; inside a pod without one, from its service account."""
+    from kubernetes_asyncio import client, config
+    from kubernetes_asyncio.config.incluster_config import InClusterConfigLoader
+
+    environ = os.environ if environ is None else environ
+    paths = kubeconfig_paths(kubeconfig, environ)
+    existing = [p for p in paths.split(os.pathsep) if p and Path(p).expanduser().exists()]
+    configuration = type.__call__(client.Configuration)  # a fresh one, not the global default
+    if existing:
+        try:
+            loader = await config.load_kube_config(
+                config_file=os.pathsep.join(existing),
+                context=context,
+                client_configuration=configuration,
+                persist_config=False,
+            )
+        except Exception as exc:
+            raise ClusterError(f"kubeconfig {paths}: cannot use it: {_one_line(exc)}") from None
+        current = loader.current_context or {}
+        namespace = (current.get("context") or {}).get("namespace")
+        source = f"kubeconfig {paths}"
+    elif kubeconfig is None and environ.get("KUBERNETES_SERVICE_HOST"):
+        try:
+            InClusterConfigLoader(
+                token_filename=str(SERVICE_ACCOUNT_DIR / "token"),
+                cert_filename=str(SERVICE_ACCOUNT_DIR / "ca.crt"),
+                environ=environ,
+            ).load_and_set(configuration)
+        except Exception as exc:
+            raise ClusterError(
+                f"no kubeconfig at {paths}, and the pod's service account cannot be used: "
+                f"{_one_line(exc)}"
+            ) from None
+        try:
+            namespace = (SERVICE_ACCOUNT_DIR / "namespace").read_text().strip() or None
+        except OSError:
+            namespace = None
+        source = "the pod's service account"
+    else:
+        raise ClusterError(
+            f"no kubeconfig: {paths} does not exist (pass --kubeconfig or set KUBECONFIG)"
+        )
+    return Connection(client.ApiClient(configuration), namespace, configuration.host, source)
+
+
+def _api_error(exc: BaseException, what: str, hint: str = _ROLE_HINT) -> ClusterError:
+    status = getattr(exc, "status", None)
+    if status == 403:
+        return ClusterError(f"forbidden (403) to {what} with these credentials: {hint}")
+    if status == 401:
+        return ClusterError(f"the API server rejected the credentials (401) to {what}")
+    reason = getattr(exc, "reason", None) or _one_line(exc)
+    return ClusterError(f"the API server answered {status} {reason} to {what}")
+
+
+async def _list(call, what: str, *args, **kwargs) -> list[dict]:
+    """The items of a list call this command cannot do without."""
+    from kubernetes_asyncio.client.exceptions import ApiException
+
+    from .state import _raw
+
+    try:
+        return (await _raw(call, *args, **kwargs)).get("items") or []
+    except ApiException as exc:
+        raise _api_error(exc, what) from None
+
+
+class _Forbidden(Exception):
+    """A read these credentials may not do (the note is already taken)."""
+
+
+async def _optional(call, what: str, cost: str, notes: list[str], *args, **kwargs) -> dict | None:
+    """The JSON of a read that may be forbidden: None on 404; on 401/403 a note saying what it
+    costs and which file grants it, then :class:`_Forbidden`."""
+    from kubernetes_asyncio.client.exceptions import ApiException
+
+    from .state import _raw
+
+    try:
+        return await _raw(call, *args, **kwargs)
+    except ApiException as exc:
+        if exc.status in (401, 403):
+            note = f"cannot {what} ({exc.status} {exc.reason or 'Forbidden'}): {cost}; {_RBAC_HINT}"
+            if note not in notes:
+                notes.append(note)
+            raise _Forbidden(what) from None
+        if exc.status == 404:
+            return None
+        raise _api_error(exc, what) from None
+
+
+async def _namespace_objects(core, namespace: str) -> tuple[list[dict], dict[str, dict]]:
+    results = await asyncio.gather(
+        _list(core.list_namespaced_pod, f"list pods in namespace {namespace}", namespace),
+        _list(
+            core.list_namespaced_persistent_volume_claim,
+            f"list persistentvolumeclaims in namespace {namespace}",
+            namespace,
+        ),
+        return_exceptions=True,
+    )
+    for result in results:  # report the pods first, whichever failed first
+        if isinstance(result, BaseException):
+            raise result
+    pods, pvcs = results
+    return pods, {(p.get("metadata") or {}).get("name", ""): p for p in pvcs}
+
+
+def _empty_namespace_note(snapshot: report.Snapshot) -> None:
+    if not snapshot.pods and not snapshot.pvcs:
+        snapshot.notes.append(
+            f"namespace {snapshot.namespace} has no pods and no claims: is it the hub's "
+            "namespace? (--namespace)"
+        )
+
+
+_NODES_COST_EXPLAIN = (
+    "no node headroom, and the new server's fit is inferred from the specs of the servers "
+    "holding its volumes, as the spawner does"
+)
+_NODES_COST_AUDIT = (
+    "a node counts as premium only when a pod of this namespace there requests a premium "
+    "resource, so a server left alone on a GPU node is not found"
+)
+_NODE_PODS_COST = "node headroom counts this namespace's pods only"
+_ATTACHMENTS_COST = "a volume still attached to a node after its last server stopped is not seen"
+
+
+async def _attachments(storage, notes: list[str]) -> list[dict] | None:
+    try:
+        listing = await _optional(
+            storage.list_volume_attachment, "list volumeattachments", _ATTACHMENTS_COST, notes
+        )
+    except _Forbidden:
+        return None
+    return (listing or {}).get("items") or []
+
+
+async def _nodes(core, notes: list[str], cost: str) -> dict[str, dict] | None:
+    try:
+        listing = await _optional(core.list_node, "list nodes", cost, notes)
+    except _Forbidden:
+        return None
+    return {
+        (n.get("metadata") or {}).get("name", ""): n for n in (listing or {}).get("items") or []
+    }
+
+
+# --------------------------------------------------------------------------------------------------
+# explain
+
+
+def _judged_pod(args, namespace: str, label: str, own: list[dict], snapshot) -> tuple:
+    """(pod, server name, source) for the server ``explain`` judges."""
+    if args.pod:
+        pod = load_pod(args.pod)
+        meta = pod.setdefault("metadata", {})
+        annotations = meta.get("annotations") or {}
+        server = (
+            args.server
+            if args.server is not None
+            else annotations.get(messages.SERVERNAME_ANNOTATION, "")
+        )
+        annotations[messages.USERNAME_ANNOTATION] = args.user
+        annotations[messages.SERVERNAME_ANNOTATION] = server
+        meta["annotations"] = annotations
+        meta["labels"] = {**(meta.get("labels") or {}), messages.USERNAME_LABEL: label}
+        meta["namespace"] = namespace
+        if not meta.get("name"):
+            running = [p for p in own if report.pod_server(p) == server]
+            meta["name"] = running[0]["metadata"]["name"] if running else report.EXPLAIN_POD_NAME
+        return pod, server, args.pod
+    server = args.server or ""
+    claims = report.user_claims(own, snapshot.pvcs, args.user, label)
+    pod = report.minimal_pod(args.user, label, server, namespace, claims, own)
+    return pod, server, "minimal"
+
+
+async def _read_nodes(core, names: list[str], snapshot: report.Snapshot, cost: str) -> None:
+    """Nodes by name, and the pods of every namespace bound to them (for headroom)."""
+    for name in names:
+        try:
+            node = await _optional(core.read_node, "get nodes", cost, snapshot.notes, name)
+        except _Forbidden:
+            snapshot.nodes = None
+            return
+        if node is not None:
+            assert snapshot.nodes is not None
+            snapshot.nodes[name] = node
+    for name in names:
+        if snapshot.nodes is None or name not in snapshot.nodes:
+            continue
+        listing = None
+        if snapshot.node_pods_complete:
+            try:
+                listing = await _optional(
+                    core.list_pod_for_all_namespaces,
+                    "list pods in all namespaces",
+                    _NODE_PODS_COST,
+                    snapshot.notes,
+                    field_selector=f"spec.nodeName={name}",
+                )
+            except _Forbidden:
+                snapshot.node_pods_complete = False
+        if listing is None:
+            snapshot.node_pods[name] = [
+                p for p in snapshot.pods if (p.get("spec") or {}).get("nodeName") == name
+            ]
+        else:
+            snapshot.node_pods[name] = listing.get("items") or []
+
+
+async def _explain(conn: Connection, args) -> dict:
+    from kubernetes_asyncio import client
+    from kubernetes_asyncio.client.exceptions import ApiException
+    from kubespawner.slugs import is_valid_label, safe_slug
+
+    from .state import load_from_api
+
+    core = client.CoreV1Api(conn.api_client)
+    storage = client.StorageV1Api(conn.api_client)
+    namespace = args.namespace or conn.namespace or "default"
+    if args.pod:
+        load_pod(args.pod)  # bad input fails before any network call
+    snapshot = report.Snapshot(namespace=namespace)
+    snapshot.pods, snapshot.pvcs = await _namespace_objects(core, namespace)
+    _empty_namespace_note(snapshot)
+    label = safe_slug(args.user, is_valid=is_valid_label)
+    own = report.user_pods(snapshot.pods, args.user, label)
+    pod, server, source = _judged_pod(args, namespace, label, own, snapshot)
+
+    policy = Policy(
+        storage_access_mode=args.storage_access_mode,
+        premium_resources=tuple(args.premium_resources),
+        premium_node_policy=args.premium_node_policy,
+    )
+    try:
+        state = await load_from_api(
+            conn.api_client, pod, namespace=namespace, cached_pods=snapshot.pods
+        )
+    except ApiException as exc:
+        raise _api_error(exc, "read the objects the decision needs") from None
+    try:
+        decision = decide(pod, state, policy)
+    except (ValueError, TypeError, AttributeError, KeyError) as exc:
+        raise StateError(f"malformed object in the cluster or {source}: {exc}") from None
+
+    volumes = any(
+        (snapshot.pvcs.get(c, {}).get("spec") or {}).get("volumeName")
+        for c in {*report.user_claims(own, snapshot.pvcs, args.user, label), *pod_claims(pod)}
+    )
+    if volumes:
+        snapshot.volume_attachments = await _attachments(storage, snapshot.notes)
+    names = {(p.get("spec") or {}).get("nodeName") for p in own} - {None, ""}
+    names.update(decision.split_nodes)
+    if decision.node:
+        names.add(decision.node)
+    await _read_nodes(core, sorted(names), snapshot, _NODES_COST_EXPLAIN)
+    return report.explain_report(
+        args.user,
+        label,
+        snapshot,
+        server=server,
+        pod=pod,
+        pod_source=source,
+        decision=decision,
+        policy=policy,
+    )
+
+
+# --------------------------------------------------------------------------------------------------
+# audit
+
+
+async def _audit(conn: Connection, args) -> dict:
+    from kubernetes_asyncio import client
+
+    core = client.CoreV1Api(conn.api_client)
+    storage = client.StorageV1Api(conn.api_client)
+    namespace = args.namespace or conn.namespace or "default"
+    snapshot = report.Snapshot(namespace=namespace)
+    snapshot.pods, snapshot.pvcs = await _namespace_objects(core, namespace)
+    _empty_namespace_note(snapshot)
+    snapshot.nodes, snapshot.volume_attachments = await asyncio.gather(
+        _nodes(core, snapshot.notes, _NODES_COST_AUDIT), _attachments(storage, snapshot.notes)
+    )
+    policy = Policy(
+        storage_access_mode=args.storage_access_mode or "ReadWriteOnce",
+        premium_resources=tuple(args.premium_resources),
+    )
+    try:
+        return report.audit_report(
+            snapshot, policy, deployment_mode_given=args.storage_access_mode is not None
+        )
+    except (ValueError, TypeError, AttributeError, KeyError) as exc:
+        raise StateError(f"malformed object in namespace {namespace}: {exc}") from None
+
+
+async def _live(args) -> int:
+    import aiohttp
+
+    conn = await connect(args.kubeconfig, args.context)
+    work = _explain if args.command == "explain" else _audit
+    try:
+        result = await asyncio.wait_for(work(conn, args), timeout=args.timeout)
+    except asyncio.TimeoutError:
+        raise ClusterError(
+            f"no answer from the Kubernetes API at {conn.server} within {args.timeout:g} s "
+            "(--timeout)"
+        ) from None
+    except (aiohttp.ClientError, OSError) as exc:
+        raise ClusterError(
+            f"cannot reach the Kubernetes API at {conn.server} ({conn.source}): {_one_line(exc)}"
+        ) from None
+    finally:
+        await conn.api_client.close()
+    if args.json:
+        print(json.dumps(result))
+    elif args.command == "explain":
+        print(report.render_explain(result))
+    else:
+        print(report.render_audit(result))
     return 0
 
 
@@ -151,7 +606,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "simulate":
             return simulate(args)
-    except (StateError, UsageError) as exc:
+        if args.command in ("explain", "audit"):
+            return asyncio.run(_live(args))
+    except (StateError, UsageError, ClusterError) as exc:
         print(f"nebari-colocate: {exc}", file=sys.stderr)
         return 2
     parser.error(f"unknown command {args.command!r}")

@@ -135,6 +135,12 @@ def reason_sentences(decision: Decision, pod: Mapping) -> list[str]:
     return sentences
 
 
+def _exclusivity(decision: Decision) -> str:
+    if "claim-in-use" in decision.reasons:  # ReadWriteOncePod: one pod, not one node
+        return "Your volume can be used by one server at a time"
+    return "Your volume can be attached to one node at a time"
+
+
 def _subject(server_name: str) -> str:
     return f"Your server '{server_name}'" if server_name else "Your default server"
 
@@ -174,7 +180,7 @@ def user_message(
         if others:
             in_use.append(f"{others} server(s) of other users")
         parts.append(
-            f"Your volume can be attached to one node at a time and is in use by "
+            f"{_exclusivity(decision)} and is in use by "
             f"{' and '.join(in_use)}."
         )
     parts.append(_advice(decision, holders))
@@ -200,7 +206,7 @@ def user_html(
     if holders:
         items = "".join(f"<li>{esc(server_label(n))}</li>" for n in holders)
         body.append(
-            "<p>Your volume can be attached to one node at a time and is in use by:</p>"
+            f"<p>{esc(_exclusivity(decision))} and is in use by:</p>"
             f'<ul class="colocate-holders">{items}</ul>'
         )
     body.append(f"<p>{esc(_advice(decision, [server_label(n) for n in holders]))}</p>")

@@ -92,9 +92,9 @@ def owned_by(obj: Mapping, username: str, label_value: str) -> bool:
     annotations = meta.get("annotations") or {}
     if messages.USERNAME_ANNOTATION in annotations:
         return annotations[messages.USERNAME_ANNOTATION] == username
-    return bool(label_value) and (meta.get("labels") or {}).get(
-        messages.USERNAME_LABEL
-    ) == label_value
+    return (
+        bool(label_value) and (meta.get("labels") or {}).get(messages.USERNAME_LABEL) == label_value
+    )
 
 
 def is_user_pod(pod: Mapping) -> bool:
@@ -393,13 +393,15 @@ def _join(items: Iterable[str], empty: str = "-") -> str:
     return ", ".join(items) if items else empty
 
 
-def table(headers: Sequence[str], rows: Iterable[Sequence[object]], indent: str = "  ") -> list[str]:
+def table(
+    headers: Sequence[str], rows: Iterable[Sequence[object]], indent: str = "  "
+) -> list[str]:
     """Aligned plain-text columns, two spaces apart."""
     cells = [[str(c) for c in row] for row in rows]
     widths = [max([len(h), *(len(r[i]) for r in cells)]) for i, h in enumerate(headers)]
 
     def line(row: Sequence[str]) -> str:
-        return (indent + "  ".join(c.ljust(w) for c, w in zip(row, widths))).rstrip()
+        return (indent + "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True))).rstrip()
 
     return [line(list(headers)), *(line(r) for r in cells)]
 
@@ -688,9 +690,7 @@ def render_audit(report: Mapping) -> str:
     lines.append("")
 
     stranded = report["stranded_pods"]
-    lines.append(
-        f"Servers on premium nodes that request no premium resource: {len(stranded)}"
-    )
+    lines.append(f"Servers on premium nodes that request no premium resource: {len(stranded)}")
     if stranded:
         lines += table(
             ("USER", "SERVER", "POD", "NODE", "NODE OFFERS", "PREMIUM PODS THERE"),
