@@ -14,6 +14,7 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
+from functools import lru_cache
 
 # --------------------------------------------------------------------------------------------------
 # quantities
@@ -48,7 +49,13 @@ def parse_quantity(value: object) -> Decimal:
         if not parsed.is_finite():
             raise ValueError(f"invalid quantity {value!r}")
         return parsed
-    text = str(value).strip()
+    return _parse_text(str(value))
+
+
+@lru_cache(maxsize=4096)
+def _parse_text(value: str) -> Decimal:
+    # Clusters repeat a handful of quantity strings ("100m", "256Mi"): parse each once.
+    text = value.strip()
     # apimachinery's grammar: <signedNumber> then one SI suffix *or* one exponent, nothing else
     # (Decimal alone would also take "1_000", "1 " or "Infinity").
     if not _QUANTITY.fullmatch(text):
@@ -67,7 +74,10 @@ def parse_quantity(value: object) -> Decimal:
 
 def scheduler_units(resource: str, value: object) -> int:
     """The integer the scheduler compares: milli-units for cpu, else whole units rounded up."""
-    quantity = parse_quantity(value)
+    return _units(resource, parse_quantity(value))
+
+
+def _units(resource: str, quantity: Decimal) -> int:
     if resource == "cpu":
         return math.ceil(quantity * 1000)
     return math.ceil(quantity)
@@ -149,7 +159,7 @@ def pod_requests(pod: Mapping) -> dict[str, int]:
             total[name] = parse_quantity(value)
     for name, value in (spec.get("overhead") or {}).items():
         total[name] = total.get(name, 0) + parse_quantity(value)
-    return {name: scheduler_units(name, value) for name, value in total.items()}
+    return {name: _units(name, value) for name, value in total.items()}
 
 
 def is_terminal(pod: Mapping) -> bool:
@@ -349,8 +359,13 @@ def check_fit(
     *,
     exclude: Iterable[str] = (),
     requests_of: Callable[[Mapping], Mapping[str, int]] = pod_requests,
+    usage: tuple[Mapping[str, int], int] | None = None,
 ) -> FitResult:
-    """Run the filter subset for ``pod`` on ``node``; ``node_pods`` may include pods elsewhere."""
+    """Run the filter subset for ``pod`` on ``node``; ``node_pods`` may include pods elsewhere.
+
+    ``usage``: the node's (requests, pod count) when the caller has it already (then
+    ``node_pods`` and ``exclude`` are not read).
+    """
     result = FitResult()
     if unschedulable(pod, node):
         result.reasons.append("node-unschedulable")
@@ -363,7 +378,9 @@ def check_fit(
     name = (node.get("metadata") or {}).get("name", "")
     allocatable_raw = (node.get("status") or {}).get("allocatable") or {}
     allocatable = {k: scheduler_units(k, v) for k, v in allocatable_raw.items()}
-    used, count = node_usage(name, node_pods, exclude=exclude, requests_of=requests_of)
+    if usage is None:
+        usage = node_usage(name, node_pods, exclude=exclude, requests_of=requests_of)
+    used, count = usage
     requested = pod_requests(pod)
     max_pods = allocatable.get("pods", 0)
     if count + 1 > max_pods:

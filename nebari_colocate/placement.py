@@ -180,9 +180,8 @@ def decide(pod: Mapping, state: ClusterState, policy: Policy) -> Decision:
     node = state.nodes.get(node_name) if state.nodes is not None else None
     if node is not None:
         own_key = f"{namespace}/{own_name}"
-        node_pods = state.pods_on_node(node_name)
         decision.fit = fit.check_fit(
-            pod, node, node_pods, bound_pvs, exclude=[own_key], requests_of=state.requests_of
+            pod, node, (), bound_pvs, usage=state.node_usage(node_name, exclude=own_key)
         )
         decision.reasons.extend(decision.fit.reasons)
         premium = _allocatable_any(node, policy.premium_resources)

@@ -72,6 +72,31 @@ class ClusterState:
             entry = memo[id(pod)] = (pod, pod_requests(pod))
         return entry[1]
 
+    def node_usage(self, node_name: str, exclude: str | None = None) -> tuple[dict, int]:
+        """(requests, pod count) of the non-terminal pods on a node, summed once per node;
+        ``exclude`` (``namespace/name``) is a pod not to count (the one being replaced)."""
+        from .fit import node_usage
+
+        memo = self.__dict__.setdefault("_usage_memo", {})
+        key = (node_name, id(self.pods), len(self.pods))
+        if key not in memo:
+            memo[key] = node_usage(
+                node_name, self.pods_on_node(node_name), requests_of=self.requests_of
+            )
+        used, count = memo[key]
+        if exclude is not None:
+            for pod in self.pods_on_node(node_name):
+                meta = pod.get("metadata") or {}
+                if f"{meta.get('namespace')}/{meta.get('name')}" != exclude:
+                    continue
+                if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+                    continue
+                used = dict(used)
+                for name, value in self.requests_of(pod).items():
+                    used[name] = used.get(name, 0) - value
+                count -= 1
+        return used, count
+
     def pvc(self, namespace: str, name: str) -> dict | None:
         return self.pvcs.get(f"{namespace}/{name}")
 
