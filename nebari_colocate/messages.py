@@ -179,10 +179,7 @@ def user_message(
             in_use.append(_join(holders))
         if others:
             in_use.append(f"{others} server(s) of other users")
-        parts.append(
-            f"{_exclusivity(decision)} and is in use by "
-            f"{' and '.join(in_use)}."
-        )
+        parts.append(f"{_exclusivity(decision)} and is in use by {' and '.join(in_use)}.")
     parts.append(_advice(decision, holders))
     return " ".join(parts)
 
