@@ -497,8 +497,6 @@ async def _explain(conn: Connection, args) -> dict:
     core = client.CoreV1Api(conn.api_client)
     storage = client.StorageV1Api(conn.api_client)
     namespace = args.namespace or conn.namespace or "default"
-    if args.pod:
-        load_pod(args.pod)  # bad input fails before any network call
     snapshot = report.Snapshot(namespace=namespace)
     snapshot.pods, snapshot.pvcs = await _namespace_objects(core, namespace)
     _empty_namespace_note(snapshot)
@@ -520,7 +518,8 @@ async def _explain(conn: Connection, args) -> dict:
     try:
         decision = decide(pod, state, policy)
     except (ValueError, TypeError, AttributeError, KeyError) as exc:
-        raise StateError(f"malformed object in the cluster or {source}: {exc}") from None
+        where = f"namespace {namespace}" + (f" or {args.pod}" if args.pod else "")
+        raise StateError(f"malformed object in {where}: {exc}") from None
 
     volumes = any(
         (snapshot.pvcs.get(c, {}).get("spec") or {}).get("volumeName")
@@ -533,16 +532,19 @@ async def _explain(conn: Connection, args) -> dict:
     if decision.node:
         names.add(decision.node)
     await _read_nodes(core, sorted(names), snapshot, _NODES_COST_EXPLAIN)
-    return report.explain_report(
-        args.user,
-        label,
-        snapshot,
-        server=server,
-        pod=pod,
-        pod_source=source,
-        decision=decision,
-        policy=policy,
-    )
+    try:
+        return report.explain_report(
+            args.user,
+            label,
+            snapshot,
+            server=server,
+            pod=pod,
+            pod_source=source,
+            decision=decision,
+            policy=policy,
+        )
+    except (ValueError, TypeError, AttributeError, KeyError) as exc:
+        raise StateError(f"malformed object in namespace {namespace}: {exc}") from None
 
 
 # --------------------------------------------------------------------------------------------------
@@ -576,6 +578,8 @@ async def _audit(conn: Connection, args) -> dict:
 async def _live(args) -> int:
     import aiohttp
 
+    if args.command == "explain" and args.pod:
+        load_pod(args.pod)  # bad input fails before anything is asked of a cluster
     conn = await connect(args.kubeconfig, args.context)
     work = _explain if args.command == "explain" else _audit
     try:

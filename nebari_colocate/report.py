@@ -342,11 +342,14 @@ def explain_report(
     message = messages.user_message(
         decision, pod, username=username, server_name=server, user_label=label_value
     )
+    pod_name = _meta(pod).get("name")
+    replaces = [p for p in own if _meta(p).get("name") == pod_name]
     new_server = {
         **decision.as_json(message),
         "server": server,
         "pod": pod_source,
-        "pod_name": _meta(pod).get("name"),
+        "pod_name": pod_name,
+        "replaces": pod_name if replaces else None,
         "notes": list(decision.notes),
         "outcome": outcome_lines(decision, message),
         "operator_line": messages.operator_line(decision, username=username, server_name=server),
@@ -499,7 +502,13 @@ def render_explain(report: Mapping) -> str:
         what = "a pod that requests nothing and mounts " + _join(new["claims"], "no claim")
     else:
         what = f"the pod in {new['pod']}"
-    lines.append(f"Starting {_server_phrase(new['server'])} ({what})")
+    if new["replaces"]:
+        lines.append(
+            f"Restarting {_server_phrase(new['server'])} ({what}; its pod {new['replaces']} "
+            "is replaced)"
+        )
+    else:
+        lines.append(f"Starting {_server_phrase(new['server'])} ({what})")
     verdict = new["verdict"]
     if new["node"]:
         verdict += f" on node {new['node']}"

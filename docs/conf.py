@@ -1,0 +1,77 @@
+"""Sphinx configuration: MyST pages and a configuration reference generated from the traits."""
+
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import nebari_colocate  # noqa: E402
+
+project = "nebari-colocate"
+author = "the nebari-colocate contributors"
+copyright = "the nebari-colocate contributors"
+release = nebari_colocate.__version__
+version = ".".join(release.split(".")[:2])
+
+extensions = [
+    "sphinx.ext.autodoc",
+    "autodoc_traits",
+    "myst_parser",
+]
+source_suffix = {".md": "markdown"}
+root_doc = "index"
+exclude_patterns = ["_build", "README.md"]
+default_role = "literal"
+
+myst_enable_extensions = ["colon_fence", "deflist"]
+myst_heading_anchors = 3
+
+autodoc_member_order = "bysource"
+
+html_theme = "pydata_sphinx_theme"
+html_title = f"nebari-colocate {release}"
+html_theme_options = {"navigation_with_keys": False}
+
+
+# -- the configuration reference: the traits a class defines itself -------------------------------
+
+
+def _own_config_traits(path: str) -> list[str]:
+    """Names of the configurable traits defined in the class body at ``path``, in source order."""
+    import importlib
+
+    from traitlets import TraitType
+
+    module, _, name = path.rpartition(".")
+    cls = getattr(importlib.import_module(module), name)
+    return [
+        attr
+        for attr, value in vars(cls).items()
+        if isinstance(value, TraitType) and value.metadata.get("config")
+    ]
+
+
+def setup(app):
+    from docutils.parsers.rst import Directive
+
+    class OwnTraits(Directive):
+        """``.. own-traits:: package.module.Class`` (reStructuredText, so inside ``{eval-rst}`` in
+        MyST pages): an ``autotrait`` for each configurable trait the class defines itself
+        (``autoconfigurable`` would also list every inherited KubeSpawner trait)."""
+
+        required_arguments = 1
+
+        def run(self):
+            from docutils import nodes
+            from docutils.statemachine import StringList
+
+            path = self.arguments[0]
+            lines = []
+            for trait in _own_config_traits(path):
+                lines += [f".. autotrait:: {path}.{trait}", ""]
+            container = nodes.container()
+            self.state.nested_parse(StringList(lines, source="own-traits"), 0, container)
+            return container.children
+
+    app.add_directive("own-traits", OwnTraits)
