@@ -10,7 +10,7 @@ Keys (all optional)::
 
     custom:
       storage-access-mode: ReadWriteMany      # or ReadWriteOnce (default)
-      storage-class: nfs-client               # "" means unset
+      storage-class: nfs-client               # "" means unset (the chart's class stays)
       colocate-label-key: nebari.dev/colocate-user
       colocate-premium-resources: [nvidia.com/gpu, amd.com/gpu]
       colocate-premium-node-policy: warn      # allow | warn | refuse
@@ -73,9 +73,29 @@ def configure(c, get_config: Callable | None = None, section: str = "ColocatingK
 
     get_config = get_config or _z2jh_get_config()
     settings = values_to_config(get_config("custom", {}) or {})
+    # "" (None here) means "not set": leave the chart's own value (e.g. the storage class from
+    # singleuser.storage.dynamic.storageClass) in place rather than clearing it.
+    settings = {trait: value for trait, value in settings.items() if value is not None}
+    if "storage_access_mode" in settings:
+        # zero-to-jupyterhub always writes KubeSpawner.storage_access_modes from
+        # singleuser.storage.dynamic.storageAccessModes ([ReadWriteOnce] by default); the mode
+        # chosen here must win for the claims this hub creates.
+        mode = _canonical_mode(settings["storage_access_mode"])
+        settings["storage_access_mode"] = mode
+        settings["storage_access_modes"] = [mode]
     for trait, value in settings.items():
-        if value is None and trait != "storage_class":
-            continue
         setattr(c[section], trait, value)
     check_config(c, class_names=("Spawner", "KubeSpawner", section))
     return settings
+
+
+def _canonical_mode(value) -> str:
+    from .spawner import ACCESS_MODES
+
+    for mode in ACCESS_MODES:
+        if isinstance(value, str) and value.lower() == mode.lower():
+            return mode
+    raise HelmValuesError(
+        f"custom.storage-access-mode {value!r} is not valid: choose one of "
+        + ", ".join(ACCESS_MODES)
+    )

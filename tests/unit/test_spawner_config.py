@@ -192,7 +192,7 @@ def test_check_config_validates_a_hub_config_without_creating_a_spawner(
             {"storage-access-mode": "ReadWriteMany", "storage-class": "nfs"},
             {"storage_access_mode": "ReadWriteMany", "storage_class": "nfs"},
         ),
-        ("empty-class-means-none", {"storage-class": ""}, {"storage_class": None}),
+        ("empty-class-means-unset", {"storage-class": ""}, {"storage_class": None}),
         (
             "colocate-keys",
             {"colocate-premium-node-policy": "refuse", "colocate-check-timeout": 2},
@@ -219,6 +219,24 @@ def test_helm_configure_sets_config_and_fails_at_hub_start_on_conflict():
 
     values = {"custom": {"storage-access-mode": "ReadWriteMany", "storage-class": ""}}
     with pytest.raises(ColocationConfigError, match="storage_class"):
+        configure(Config(), get_config=lambda key, default=None: values.get(key, default))
+
+
+def test_helm_mode_wins_over_the_charts_storage_access_modes_and_keeps_its_class():
+    # zero-to-jupyterhub always sets these two from singleuser.storage.dynamic.*
+    c = Config()
+    c.KubeSpawner.storage_access_modes = ["ReadWriteOnce"]
+    c.KubeSpawner.storage_class = "longhorn-rwx"
+    values = {"custom": {"storage-access-mode": "readwritemany", "storage-class": ""}}
+    configure(c, get_config=lambda key, default=None: values.get(key, default))
+    assert c.ColocatingKubeSpawner.storage_access_mode == "ReadWriteMany"
+    assert c.ColocatingKubeSpawner.storage_access_modes == ["ReadWriteMany"]
+    assert "storage_class" not in c.ColocatingKubeSpawner
+
+
+def test_helm_bad_mode_is_named():
+    values = {"custom": {"storage-access-mode": "RWX", "storage-class": "nfs"}}
+    with pytest.raises(HelmValuesError, match="custom.storage-access-mode 'RWX'"):
         configure(Config(), get_config=lambda key, default=None: values.get(key, default))
 
 
