@@ -236,7 +236,7 @@ def test_helm_mode_wins_over_the_charts_storage_access_modes_and_keeps_its_class
 
 def test_helm_bad_mode_is_named():
     values = {"custom": {"storage-access-mode": "RWX", "storage-class": "nfs"}}
-    with pytest.raises(HelmValuesError, match="custom.storage-access-mode 'RWX'"):
+    with pytest.raises(HelmValuesError, match=r"custom\.storage-access-mode 'RWX'"):
         configure(Config(), get_config=lambda key, default=None: values.get(key, default))
 
 
