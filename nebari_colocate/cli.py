@@ -334,10 +334,10 @@ async def _list(call, what: str, *args, **kwargs) -> list[dict]:
     """The items of a list call this command cannot do without."""
     from kubernetes_asyncio.client.exceptions import ApiException
 
-    from .state import _raw
+    from .state import read_json
 
     try:
-        return (await _raw(call, *args, **kwargs)).get("items") or []
+        return (await read_json(call, *args, **kwargs)).get("items") or []
     except ApiException as exc:
         raise _api_error(exc, what) from None
 
@@ -351,10 +351,10 @@ async def _optional(call, what: str, cost: str, notes: list[str], *args, **kwarg
     costs and which file grants it, then :class:`_Forbidden`."""
     from kubernetes_asyncio.client.exceptions import ApiException
 
-    from .state import _raw
+    from .state import read_json
 
     try:
-        return await _raw(call, *args, **kwargs)
+        return await read_json(call, *args, **kwargs)
     except ApiException as exc:
         if exc.status in (401, 403):
             note = f"cannot {what} ({exc.status} {exc.reason or 'Forbidden'}): {cost}; {_RBAC_HINT}"

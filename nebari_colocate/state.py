@@ -179,7 +179,7 @@ def read_yaml(path: str | Path) -> list[dict]:
 # Kubernetes API
 
 
-async def _raw(call, *args, **kwargs) -> dict:
+async def read_json(call, *args, **kwargs) -> dict:
     """Call a kubernetes_asyncio method and return the raw camelCase JSON.
 
     With ``_preload_content=False`` kubernetes_asyncio returns error responses instead of raising
@@ -204,7 +204,7 @@ def _status(exc: BaseException) -> int | None:
 async def _optional(call, *args, **kwargs) -> dict | None:
     """None for 404 (absent); ``PermissionError`` for 401/403 (not readable)."""
     try:
-        return await _raw(call, *args, **kwargs)
+        return await read_json(call, *args, **kwargs)
     except Exception as exc:
         status = _status(exc)
         if status == 404:
@@ -254,7 +254,7 @@ async def load_from_api(
                 if p.get("metadata", {}).get("namespace") in (None, namespace)
             ]
         else:
-            listing = await _raw(core.list_namespaced_pod, namespace)
+            listing = await read_json(core.list_namespaced_pod, namespace)
             state.pods = listing.get("items") or []
 
     await asyncio.gather(read_pods(), *(read_claim(c) for c in claims))
@@ -278,7 +278,7 @@ async def load_from_api(
 
     if not holder_nodes and volume_names:
         try:
-            listing = await _raw(storage.list_volume_attachment)
+            listing = await read_json(storage.list_volume_attachment)
             state.volume_attachments = listing.get("items") or []
         except Exception as exc:
             if _status(exc) not in (401, 403):
@@ -306,7 +306,7 @@ async def load_from_api(
 
     async def read_node_pods() -> None:
         try:
-            listing = await _raw(
+            listing = await read_json(
                 core.list_pod_for_all_namespaces, field_selector=f"spec.nodeName={node_name}"
             )
         except Exception as exc:
