@@ -7,8 +7,9 @@ import os
 import time
 
 import pytest
-from kube.controlplane import ControlPlane
 from kubernetes_asyncio.client.exceptions import ApiException
+
+from kube.controlplane import ControlPlane
 
 # zero-to-jupyterhub's hub Role (namespaced only).
 Z2JH_HUB_RULES = [
