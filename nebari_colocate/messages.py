@@ -145,7 +145,7 @@ def _subject(server_name: str) -> str:
     return f"Your server '{server_name}'" if server_name else "Your default server"
 
 
-def _advice(decision: Decision, holders: list[str]) -> str:
+def _advice(decision: Decision, holders: list[str], has_profiles: bool = True) -> str:
     if "split-attachment" in decision.reasons:
         return "Please contact your administrator."
     stop = f"stop {_join(holders)}" if holders else "stop the servers using it"
@@ -153,6 +153,8 @@ def _advice(decision: Decision, holders: list[str]) -> str:
         return "The volume is still being released from its last node: try again in a minute."
     if "claim-in-use" in decision.reasons:
         # ReadWriteOncePod: no node and no profile helps; only the other server stopping does.
+        return f"To start it, {stop} first."
+    if not has_profiles:  # no profile to choose on this hub: do not suggest one
         return f"To start it, {stop} first."
     if "premium-node" in decision.reasons and len(decision.reasons) == 1:
         return f"To start it, {stop} first, or choose a profile with a GPU."
@@ -166,6 +168,7 @@ def user_message(
     username: str,
     server_name: str,
     user_label: str | None = None,
+    has_profiles: bool = True,
 ) -> str:
     """Plain text for the spawn page."""
     if decision.verdict != REFUSE:
@@ -180,7 +183,7 @@ def user_message(
         if others:
             in_use.append(f"{others} server(s) of other users")
         parts.append(f"{_exclusivity(decision)} and is in use by {' and '.join(in_use)}.")
-    parts.append(_advice(decision, holders))
+    parts.append(_advice(decision, holders, has_profiles))
     return " ".join(parts)
 
 
@@ -191,6 +194,7 @@ def user_html(
     username: str,
     server_name: str,
     user_label: str | None = None,
+    has_profiles: bool = True,
 ) -> str:
     """The same message as HTML; every user-controlled string is escaped."""
     if decision.verdict != REFUSE:
@@ -199,15 +203,18 @@ def user_html(
     title = esc(_subject(server_name))
     reasons = "".join(f"<li>{esc(s)}</li>" for s in reason_sentences(decision, pod))
     holders = own_servers(decision, username, user_label)
-    body = [f"<p>{title} cannot start:</p>", f'<ul class="colocate-reasons">{reasons}</ul>']
+    # <div>, not <p>: JupyterHub's error page puts the message inside a <p> of its own; and
+    # left-aligned, as the spawn pages centre their text.
+    body = [f"<div>{title} cannot start:</div>", f'<ul class="colocate-reasons">{reasons}</ul>']
     if holders:
         items = "".join(f"<li>{esc(server_label(n))}</li>" for n in holders)
         body.append(
-            f"<p>{esc(_exclusivity(decision))} and is in use by:</p>"
+            f"<div>{esc(_exclusivity(decision))} and is in use by:</div>"
             f'<ul class="colocate-holders">{items}</ul>'
         )
-    body.append(f"<p>{esc(_advice(decision, [server_label(n) for n in holders]))}</p>")
-    return "".join(body)
+    advice = _advice(decision, [server_label(n) for n in holders], has_profiles)
+    body.append(f"<div>{esc(advice)}</div>")
+    return f'<div class="colocate-message" style="text-align: left">{"".join(body)}</div>'
 
 
 def operator_line(decision: Decision, *, username: str, server_name: str) -> str:

@@ -161,6 +161,7 @@ if _RefusalBase is not None:
             super().__init__(
                 message, reason="colocation", log_message=log_message, message_html=html
             )
+            self.operator_line = log_message
             self.decision = decision
             self.event_verdict = event_verdict
             self.jupyterhub_message = message
@@ -172,21 +173,25 @@ else:  # pragma: no cover - exercised on JupyterHub 5
         """A spawn refused by the co-location check or ended by a hopeless pod event.
 
         JupyterHub 5: a 400 HTTPError carrying ``jupyterhub_message`` / ``jupyterhub_html_message``.
+        JupyterHub 5's REST API answers with ``log_message % args`` and ignores
+        ``jupyterhub_message``, so the HTTPError's own message is the user text (it never names
+        another user's pods); the operator line is kept in ``operator_line``.
         """
 
         def __init__(
             self, message: str, html: str, log_message: str, *, decision=None, event_verdict=None
         ):
-            super().__init__(400, log_message, reason="colocation")
+            super().__init__(400, "%s", message, reason="colocation")
             self.decision = decision
             self.event_verdict = event_verdict
             self.message = message
             self.message_html = html
+            self.operator_line = log_message
             self.jupyterhub_message = message
             self.jupyterhub_html_message = html
 
         def __str__(self) -> str:
-            return f"400 ColocationRefused: {self.log_message}"
+            return f"400 ColocationRefused: {self.operator_line}"
 
 
 def _placement_fingerprint(pod: dict) -> str:
@@ -485,6 +490,7 @@ class ColocatingKubeSpawner(KubeSpawner):
             "username": self.user.name,
             "server_name": self.name,
             "user_label": safe_slug(self.user.name, is_valid=is_valid_label),
+            "has_profiles": bool(self.profile_list),
         }
         return ColocationRefused(
             messages.user_message(decision, pod, **args),
@@ -613,7 +619,7 @@ class ColocatingKubeSpawner(KubeSpawner):
         message = f"{subject} could not start: {text}"
         raise ColocationRefused(
             message,
-            f"<p>{html.escape(message)}</p>",
+            f'<div class="colocate-message" style="text-align: left">{html.escape(message)}</div>',
             log_message,
             event_verdict=verdict,
         )

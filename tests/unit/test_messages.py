@@ -168,7 +168,7 @@ def test_refusal_says_which_server_why_and_what_to_do(test_variation_id, expect_
     # Python's None and empty lists must never reach a person.
     assert "None" not in text
     assert "[]" not in text
-    assert html.startswith("<p>") and "cannot start" in html
+    assert html.startswith('<div class="colocate-message"') and "cannot start" in html
 
 
 # --------------------------------------------------------------------------------------------------
@@ -324,3 +324,40 @@ def test_operator_line_names_warnings_and_unverified_decisions():
     assert "warnings=premium-node" in line
     assert "verified=false" in line
     assert "not readable" in line
+
+
+@pytest.mark.parametrize(
+    "has_profiles, expect_tail",
+    [
+        (True, "or choose a profile that fits on node cpu-1."),
+        (False, "To start it, stop 'pandas-app' first."),
+    ],
+)
+def test_advice_suggests_a_profile_only_on_a_hub_that_has_profiles(has_profiles, expect_tail):
+    from nebari_colocate.placement import Decision
+
+    app = {
+        "metadata": {
+            "name": "jupyter-alice--pandas-app",
+            "annotations": {
+                "hub.jupyter.org/username": "alice",
+                "hub.jupyter.org/servername": "pandas-app",
+            },
+        }
+    }
+    decision = Decision(
+        "refuse",
+        node="cpu-1",
+        reasons=["insufficient:cpu"],
+        holder_pods=[app],
+        claims=["claim-alice"],
+        pinned_by="holders",
+    )
+    text = messages.user_message(
+        decision, {"spec": {}}, username="alice", server_name="", has_profiles=has_profiles
+    )
+    assert text.endswith(expect_tail)
+    html = messages.user_html(
+        decision, {"spec": {}}, username="alice", server_name="", has_profiles=has_profiles
+    )
+    assert ("profile" in html) is has_profiles

@@ -1,0 +1,98 @@
+"""What a person does in the browser, and what the hub's pages show (Playwright, async API)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import quote
+
+from playwright.async_api import Page, expect
+
+from .harness import PASSWORD, Hub
+
+VERDICT_TIMEOUT_MS = 30_000
+
+
+async def log_in(page: Page, hub: Hub, username: str) -> None:
+    await page.goto(f"{hub.url}/hub/login")
+    await page.fill("#username_input", username)
+    await page.fill("#password_input", PASSWORD)
+    await page.click("#login_submit")
+    # Logged in: JupyterHub redirects to the user's server (/user/<name>/, here the stub's
+    # answer) or to the spawn page.
+    await page.wait_for_url(lambda url: "/hub/login" not in url)
+
+
+def spawn_url(hub: Hub, username: str, server: str = "") -> str:
+    url = f"{hub.url}/hub/spawn/{quote(username, safe='')}"
+    return f"{url}/{quote(server, safe='')}" if server else url
+
+
+async def request_from_spawn_page(
+    page: Page, hub: Hub, username: str, server: str, profile: str
+) -> None:
+    """Open the spawn page, choose `profile` in KubeSpawner's form and press Start."""
+    await page.goto(spawn_url(hub, username, server))
+    await page.check(f"input[name=profile][value={profile}]")
+    await page.click("#spawn_form button[type=submit]")
+
+
+@dataclass
+class Verdict:
+    """Which page showed the verdict, and the element holding it."""
+
+    page: str  # a key of MESSAGE_SELECTORS
+    seconds: float
+    text: str  # the visible text of the message element
+    holders: list[str]  # texts of the <li> of ul.colocate-holders, when rendered as HTML
+    reasons: list[str]  # texts of the <li> of ul.colocate-reasons, when rendered as HTML
+
+
+MESSAGE_SELECTORS = {
+    # JupyterHub's spawn.html re-rendered with the error (the spawn failed within ~1 s)
+    "spawn-form": ".spawn-error-msg",
+    # spawn_pending.html, filled from the progress event stream
+    "spawn-pending": "#progress-message",
+    # not_running.html for a failed spawn ("Spawn failed")
+    "spawn-failed": "div.container div.text-center",
+    # error.html: GET /hub/spawn/<user>/<server> with no options form, refused within ~1 s
+    "error-page": "div.error",
+}
+
+
+async def wait_for_verdict(page: Page, phrase: str = "cannot start") -> Verdict:
+    """Wait until one of the pages of MESSAGE_SELECTORS shows a message containing `phrase`."""
+    started = time.monotonic()
+    deadline = started + VERDICT_TIMEOUT_MS / 1000
+    while True:
+        for name, selector in MESSAGE_SELECTORS.items():
+            if (
+                name == "spawn-failed"
+                and not await page.locator("h1", has_text="Spawn failed").count()
+            ):
+                continue
+            element = page.locator(selector).first
+            if await element.count() and phrase in (await element.inner_text()):
+                await expect(element).to_be_visible()
+                return Verdict(
+                    page=name,
+                    seconds=time.monotonic() - started,
+                    text=await element.inner_text(),
+                    holders=await element.locator("ul.colocate-holders > li").all_inner_texts(),
+                    reasons=await element.locator("ul.colocate-reasons > li").all_inner_texts(),
+                )
+        if time.monotonic() > deadline:
+            body = await page.locator("body").inner_text()
+            raise AssertionError(
+                f"no verdict containing {phrase!r} within {VERDICT_TIMEOUT_MS / 1000:.0f} s on "
+                f"{page.url}; the page says:\n{body[:2000]}"
+            )
+        await page.wait_for_timeout(100)
+
+
+async def screenshot(page: Page, path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    await page.wait_for_timeout(700)  # let the progress bar's CSS transition finish
+    await page.screenshot(path=str(path), full_page=True)
+    return path

@@ -1,0 +1,78 @@
+# JupyterHub config for the end-to-end tests: one real hub per test, on loopback ports, against
+# the test control plane. Not a module of the test package: JupyterHub executes it with `c` and
+# `get_config` in scope. Everything that varies per test comes from the JSON file named by
+# $NEBARI_COLOCATE_E2E_SETTINGS, written by tests/e2e/harness.py (see Hub.settings there).
+import asyncio
+import json
+import os
+from pathlib import Path
+
+c = get_config()  # noqa: F821  (provided by JupyterHub)
+s = json.loads(Path(os.environ["NEBARI_COLOCATE_E2E_SETTINGS"]).read_text())
+work = Path(s["workdir"])
+
+# -- network: the public proxy, the proxy's API and the hub, all on 127.0.0.1 ------------------
+c.JupyterHub.ip = "127.0.0.1"
+c.JupyterHub.port = s["proxy_port"]
+c.JupyterHub.hub_ip = "127.0.0.1"
+c.JupyterHub.hub_port = s["hub_port"]
+c.ConfigurableHTTPProxy.api_url = f"http://127.0.0.1:{s['proxy_api_port']}"
+c.ConfigurableHTTPProxy.auth_token = s["proxy_token"]
+c.ConfigurableHTTPProxy.pid_file = str(work / "proxy.pid")
+c.ConfigurableHTTPProxy.debug = False
+
+# -- state in the test's temp dir ----------------------------------------------------------------
+c.JupyterHub.db_url = f"sqlite:///{work / 'jupyterhub.sqlite'}"
+c.JupyterHub.cookie_secret_file = str(work / "cookie_secret")
+c.JupyterHub.pid_file = str(work / "jupyterhub.pid")
+c.JupyterHub.log_level = s.get("log_level", "INFO")
+
+# -- people: DummyAuthenticator with one password; a service token with admin scopes -------------
+c.JupyterHub.authenticator_class = "dummy"
+c.DummyAuthenticator.password = s["password"]
+c.Authenticator.allow_all = True
+c.JupyterHub.services = [{"name": "e2e-tests", "api_token": s["api_token"]}]
+c.JupyterHub.load_roles = [
+    {
+        "name": "e2e-tests",
+        "scopes": ["admin:users", "admin:servers", "list:users"],
+        "services": ["e2e-tests"],
+    }
+]
+c.JupyterHub.allow_named_servers = True
+c.JupyterHub.named_server_limit_per_user = 0
+
+# -- the spawner under test, by its entry point name ---------------------------------------------
+c.JupyterHub.spawner_class = "colocate"
+c.Spawner.consecutive_failure_limit = s["consecutive_failure_limit"]
+c.Spawner.start_timeout = s.get("start_timeout", 30)
+c.Spawner.http_timeout = s.get("http_timeout", 15)
+
+ks = c.KubeSpawner  # ColocatingKubeSpawner reads c.KubeSpawner, as a deployment's config does
+ks.namespace = s["namespace"]
+ks.image = "quay.io/jupyter/base-notebook:latest"
+ks.delete_grace_period = 0  # no kubelet: a graceful delete would never complete
+ks.storage_pvc_ensure = True
+ks.pvc_name_template = "claim-{username}"
+ks.storage_capacity = "1Gi"
+ks.volumes = [{"name": "home", "persistentVolumeClaim": {"claimName": "claim-{username}"}}]
+ks.volume_mounts = [{"name": "home", "mountPath": "/home/jovyan"}]
+ks.cpu_guarantee = 0.1
+ks.mem_guarantee = "128M"
+ks.k8s_api_request_retry_timeout = 15
+if s.get("profile_list"):
+    ks.profile_list = s["profile_list"]
+for name, value in (s.get("spawner") or {}).items():
+    setattr(c.ColocatingKubeSpawner, name, value)
+
+# A deployment's pre_spawn_hook (Nebari's and data-science-pack's look things up in other
+# services) can take longer than the one second JupyterHub's spawn form waits for a spawn to fail
+# before it redirects to /hub/spawn-pending. `pre_spawn_delay` reproduces that timing, so a test
+# can choose which page the person sees: the re-rendered form (fast refusal) or spawn-pending.
+delay = float(s.get("pre_spawn_delay") or 0)
+if delay:
+
+    async def slow_pre_spawn_hook(spawner):
+        await asyncio.sleep(delay)
+
+    c.Spawner.pre_spawn_hook = slow_pre_spawn_hook
