@@ -8,15 +8,21 @@ nodes and namespaces, some finished, some terminating) and times, per spawn:
 - ``check``: everything the pre-spawn check does with the pods in hand: build the ClusterState
   from the objects, index it, decide, and merge the affinity into the manifest.
 
+With ``--spawner-check`` it also times the spawner's own pre-spawn check,
+``ColocatingKubeSpawner.colocation_decide``, against a real kube-apiserver (tests/kube) holding
+each state: pods from KubeSpawner's pod reflector cache, the claim, node, PV and the node's pods
+read from the API (loopback), then decide.  That is what a spawn waits for.
+
 Prints one line per size and per measure; the last line is the headline:
 ``decide p50=… p99=… ms (pods=10000 nodes=1000)``.
 
-    python benchmarks/decide_latency.py [--spawns 2000] [--seed 1]
+    python benchmarks/decide_latency.py [--spawns 2000] [--seed 1] [--spawner-check]
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import random
 import statistics
 import time
@@ -138,18 +144,119 @@ def run(pods: int, nodes: int, spawns: int, rng: random.Random) -> tuple[str, st
     )
 
 
+SIZES = ((1000, 100), (1000, 1000), (10000, 100), (10000, 1000))
+#: users whose home claims exist (bound) in the spawner check; the other pods' claims need not
+CHECKED_USERS = 20
+
+
+async def _create_all(bodies, create, limit: int = 32) -> None:
+    gate = asyncio.Semaphore(limit)
+
+    async def one(body):
+        async with gate:
+            await create(body)
+
+    await asyncio.gather(*(one(b) for b in bodies))
+
+
+async def spawner_check(pods: int, nodes: int, samples: int) -> str:
+    """p50/p99 of ColocatingKubeSpawner.colocation_decide against a real apiserver."""
+    import _cluster
+    from kubernetes_asyncio import client
+    from kubespawner import KubeSpawner
+
+    from nebari_colocate import ColocatingKubeSpawner
+
+    objects = build_objects(pods, nodes, random.Random(pods * 7 + nodes))
+    with _cluster.control_plane(kubelet_stub=False) as cp:
+        await _cluster.use_credentials(cp.kubeconfig)
+        admin = await _cluster.admin_client(cp)
+        try:
+            core = client.CoreV1Api(admin)
+            namespaces = {o["metadata"]["namespace"] for o in objects if o["kind"] == "Pod"}
+            for ns in sorted(namespaces):
+                await core.create_namespace({"metadata": {"name": ns}})
+
+            async def node(obj):
+                await _cluster.helpers.create_node(
+                    admin,
+                    obj["metadata"]["name"],
+                    labels=obj["metadata"]["labels"],
+                    taints=obj["spec"]["taints"],
+                    cpu="32",
+                    memory="128Gi",
+                    extra={k: v for k, v in obj["status"]["allocatable"].items() if "/" in k},
+                )
+
+            async def pod(obj):
+                meta = obj["metadata"]
+                body = {
+                    "metadata": {
+                        "name": meta["name"],
+                        "labels": {"component": "singleuser-server", **meta["labels"]},
+                    },
+                    "spec": {
+                        **obj["spec"],
+                        "containers": [{**obj["spec"]["containers"][0], "image": "x"}],
+                    },
+                }
+                await core.create_namespaced_pod(meta["namespace"], body)
+
+            await _create_all([o for o in objects if o["kind"] == "Node"], node)
+            for user in range(CHECKED_USERS):
+                await _cluster.helpers.create_bound_claim(admin, "jhub", f"claim-user{user}")
+            await _create_all([o for o in objects if o["kind"] == "Pod"], pod)
+        finally:
+            await admin.close()
+
+        spawners = []
+        for user in range(CHECKED_USERS):
+            spawner = _cluster.make_spawner(
+                ColocatingKubeSpawner, "jhub", f"user{user}", "new", cpu_guarantee=1
+            )
+            manifest = spawner._serialize(await KubeSpawner.get_pod_manifest(spawner))
+            spawners.append((spawner, manifest))
+        await spawners[0][0]._start_watching_pods()
+        cached = len(spawners[0][0].pod_reflector.pods)
+        timings = []
+        for k in range(samples):
+            spawner, manifest = spawners[k % len(spawners)]
+            start = time.perf_counter()
+            decision = await spawner.colocation_decide(manifest)
+            timings.append((time.perf_counter() - start) * 1000)
+        assert decision.verdict in ("colocate", "refuse"), decision
+        await _cluster.stop_reflectors("jhub")
+    p50, p99 = percentiles(timings)
+    return (
+        f"spawner check (reflector cache of {cached} pods + API reads + decide) "
+        f"p50={p50:.2f} p99={p99:.2f} ms (pods={pods} nodes={nodes})"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--spawns", type=int, default=2000)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument(
+        "--spawner-check",
+        action="store_true",
+        help="also time ColocatingKubeSpawner.colocation_decide against a real apiserver",
+    )
+    parser.add_argument("--check-samples", type=int, default=200)
     args = parser.parse_args()
     rng = random.Random(args.seed)
     headline = ""
-    for pods, nodes in ((1000, 100), (1000, 1000), (10000, 100), (10000, 1000)):
+    for pods, nodes in SIZES:
         decide_line, check_line = run(pods, nodes, args.spawns, rng)
         print(check_line)
         print(decide_line, flush=True)
         headline = decide_line
+    if args.spawner_check:
+        import logging
+
+        logging.getLogger("traitlets").setLevel(logging.ERROR)
+        for pods, nodes in SIZES:
+            print(asyncio.run(spawner_check(pods, nodes, args.check_samples)), flush=True)
     print(headline)
 
 

@@ -1,0 +1,236 @@
+"""Shared helpers of the cluster benchmarks: a real control plane, admin clients, apiserver metrics,
+and real KubeSpawner / ColocatingKubeSpawner objects built outside JupyterHub.
+
+The control plane is the one the cluster tests use (``tests/kube``: etcd, kube-apiserver and
+kube-scheduler built from their upstream Go modules, loopback only); ``tests`` is put on
+``sys.path`` so its modules import as ``kube.controlplane`` and ``kube.helpers``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import platform
+import re
+import ssl
+import subprocess
+import sys
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+TESTS_DIR = ROOT / "tests"
+if str(TESTS_DIR) not in sys.path:
+    sys.path.insert(0, str(TESTS_DIR))
+
+from kube import helpers  # noqa: E402
+from kube.controlplane import ControlPlane  # noqa: E402
+
+BUILD_SCRIPT = TESTS_DIR / "kube" / "build.sh"
+
+__all__ = [
+    "ControlPlane",
+    "admin_client",
+    "apiserver_request_totals",
+    "bin_dir",
+    "control_plane",
+    "diff_totals",
+    "helpers",
+    "machine",
+    "make_spawner",
+    "stop_reflectors",
+    "use_credentials",
+]
+
+
+def bin_dir() -> Path:
+    """tests/kube/bin, building it with tests/kube/build.sh when a binary is missing."""
+    default = TESTS_DIR / "kube" / "bin"
+    if all(os.access(default / b, os.X_OK) for b in ("etcd", "kube")):
+        return default
+    result = subprocess.run(
+        ["bash", str(BUILD_SCRIPT)], capture_output=True, text=True, stdin=subprocess.DEVNULL
+    )
+    lines = result.stdout.strip().splitlines()
+    if result.returncode != 0 or not lines:
+        raise SystemExit(f"{BUILD_SCRIPT} failed (exit {result.returncode}):\n{result.stderr}")
+    return Path(lines[-1])
+
+
+@contextlib.contextmanager
+def control_plane(*, kubelet_stub: bool = False, keep_logs: bool = False) -> Iterator[ControlPlane]:
+    """A started control plane, stopped on exit (also on Ctrl-C)."""
+    cp = ControlPlane(bin_dir(), kubelet_stub=kubelet_stub, keep_logs=keep_logs)
+    cp.start()
+    try:
+        yield cp
+    finally:
+        cp.stop()
+
+
+async def admin_client(cp: ControlPlane):
+    """A kubernetes_asyncio ApiClient with the admin credentials (caller closes it)."""
+    from kubernetes_asyncio import config
+
+    return await config.new_client_from_config(config_file=cp.kubeconfig, persist_config=False)
+
+
+# --------------------------------------------------------------------------------------------------
+# kube-apiserver's own request counter
+
+_SAMPLE = re.compile(r"^apiserver_request_total\{(?P<labels>[^}]*)\}\s+(?P<value>\S+)$")
+_LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
+
+
+def apiserver_request_totals(cp: ControlPlane) -> dict[tuple[str, str, str, str], float]:
+    """``apiserver_request_total`` from GET /metrics (admin client cert), summed by
+    (verb, resource, subresource, user agent-free scope) -> count.
+
+    The key is ``(verb, resource, subresource, scope)``; codes and other labels are summed.
+    """
+    ctx = ssl.create_default_context(cafile=cp.ca_file)
+    ctx.load_cert_chain(cp.dir / "admin.crt", cp.dir / "admin.key")
+    with urllib.request.urlopen(f"{cp.server}/metrics", timeout=10, context=ctx) as response:
+        text = response.read().decode("utf-8", "replace")
+    totals: dict[tuple[str, str, str, str], float] = {}
+    for line in text.splitlines():
+        match = _SAMPLE.match(line)
+        if not match:
+            continue
+        labels = dict(_LABEL.findall(match["labels"]))
+        key = (
+            labels.get("verb", ""),
+            labels.get("resource", ""),
+            labels.get("subresource", ""),
+            labels.get("scope", ""),
+        )
+        totals[key] = totals.get(key, 0.0) + float(match["value"])
+    return totals
+
+
+def diff_totals(after: dict, before: dict) -> dict:
+    """Per-key increase between two ``apiserver_request_totals`` readings (zeros dropped)."""
+    out = {}
+    for key, value in after.items():
+        delta = value - before.get(key, 0.0)
+        if delta:
+            out[key] = delta
+    return out
+
+
+# --------------------------------------------------------------------------------------------------
+# the machine a figure came from
+
+
+def machine() -> str:
+    """``2 x AMD EPYC ..., 23 GiB, Linux 6.x, Python 3.x`` for the figures' provenance."""
+    model = platform.processor() or "unknown CPU"
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    memory = ""
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                memory = f", {int(line.split()[1]) / 2**20:.0f} GiB"
+                break
+    return (
+        f"{os.cpu_count()} x {model}{memory}, {platform.system()} {platform.release()}, "
+        f"Python {platform.python_version()}"
+    )
+
+
+# --------------------------------------------------------------------------------------------------
+# spawners outside JupyterHub (as tests/cluster/conftest.py builds them)
+
+
+class HubUser:
+    """The parts of jupyterhub.user.User that KubeSpawner reads."""
+
+    def __init__(self, name: str, uid: int = 1):
+        from jupyterhub.objects import Server
+
+        self.name = name
+        self.id = uid
+        self.server = Server()
+        self.url = f"/user/{name}/"
+        self.escaped_name = name
+
+    async def get_auth_state(self):
+        return {}
+
+
+class OrmSpawner:
+    """The parts of jupyterhub.orm.Spawner a Spawner reads: its server name."""
+
+    def __init__(self, name: str):
+        self.name = name
+        self.server = None
+        self.state = {}
+
+
+async def use_credentials(kubeconfig: str) -> None:
+    """Make spawners created from now on use ``kubeconfig`` (KubeSpawner loads the default
+    kubeconfig once per process and shares one API client per event loop)."""
+    from kubernetes_asyncio import config
+    from kubernetes_asyncio.config import kube_config
+
+    kube_config.KUBE_CONFIG_DEFAULT_LOCATION = kubeconfig
+    await config.load_kube_config(config_file=kubeconfig)
+
+
+def base_config(namespace: str):
+    from traitlets.config import Config
+
+    c = Config()
+    ks = c.KubeSpawner
+    ks.namespace = namespace
+    ks.image = "quay.io/jupyter/base-notebook:latest"
+    ks.start_timeout = 30
+    ks.http_timeout = 5
+    ks.delete_grace_period = 0  # no kubelet: a graceful delete would never complete
+    ks.storage_pvc_ensure = True
+    ks.pvc_name_template = "claim-{username}"
+    ks.storage_capacity = "1Gi"
+    ks.volumes = [{"name": "home", "persistentVolumeClaim": {"claimName": "claim-{username}"}}]
+    ks.volume_mounts = [{"name": "home", "mountPath": "/home/jovyan"}]
+    ks.cpu_guarantee = 0.1
+    ks.mem_guarantee = "128M"
+    ks.k8s_api_request_retry_timeout = 15
+    return c
+
+
+_uid = [1000]
+
+
+def make_spawner(cls, namespace: str, username: str, server: str = "", **traits):
+    """A KubeSpawner (or subclass) for ``username``'s server ``server`` in ``namespace``."""
+    from jupyterhub.objects import Hub
+
+    c = base_config(namespace)
+    for name, value in traits.items():
+        setattr(c[cls.__name__], name, value)
+    _uid[0] += 1
+    return cls(
+        hub=Hub(),
+        user=HubUser(username, _uid[0]),
+        orm_spawner=OrmSpawner(server),
+        config=c,
+        api_token="benchmark-token",
+        oauth_client_id=f"jupyterhub-user-{username}",
+        _mock=True,
+    )
+
+
+async def stop_reflectors(namespace: str) -> None:
+    """Stop the class-level reflectors KubeSpawner started for ``namespace``."""
+    from kubespawner import KubeSpawner
+
+    for key, reflector in list(KubeSpawner.reflectors.items()):
+        if key[1] == namespace:
+            KubeSpawner.reflectors.pop(key, None)
+            with contextlib.suppress(Exception):
+                await reflector.stop()

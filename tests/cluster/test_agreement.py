@@ -1,0 +1,48 @@
+"""decide against the real kube-scheduler on random scenarios (benchmarks/agreement.py, small N).
+
+The benchmark's generator builds each scenario in the session's control plane (its own namespaces,
+nodes labelled per scenario, every pod held from the kubelet stub so phases stay as set), decides,
+creates the pod with the affinity decide emits and compares with the scheduler's first verdict.
+The full runs (N >= 200, several seeds) are in docs/performance.md.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+if str(BENCHMARKS) not in sys.path:
+    sys.path.insert(0, str(BENCHMARKS))
+
+import agreement  # noqa: E402
+
+SEED = 20261130
+COUNT = 30
+
+
+async def test_decide_agrees_with_the_real_scheduler_on_random_scenarios(control_plane, tmp_path):
+    from kubernetes_asyncio import config
+
+    api_client = await config.new_client_from_config(
+        config_file=control_plane.kubeconfig, persist_config=False
+    )
+    lines: list[str] = []
+    try:
+        result = await agreement.run_agreement(
+            api_client,
+            seed=SEED,
+            count=COUNT,
+            concurrency=6,
+            keep_failures=tmp_path,
+            log=lines.append,
+        )
+    finally:
+        await api_client.close()
+    print("\n".join([*lines, *agreement.summary(result), result.line]))
+    disagreements = [f"scenario {o.index}: {o.why}" for o in result.outcomes if not o.agree]
+    assert result.agreed == COUNT, "\n".join(disagreements) + f"\n(pairs kept in {tmp_path})"
+    assert not [o for o in result.outcomes if o.loader_mismatch]
+    # The generator covers the verdicts it is meant to compare.
+    verdicts = {o.verdict for o in result.outcomes}
+    assert {"refuse", "colocate"} <= verdicts
