@@ -189,6 +189,7 @@ async def test_an_unschedulable_pod_with_no_autoscaler_fails_after_the_grace_per
     elapsed = time.perf_counter() - started
     assert refused.value.event_verdict.reason == "unschedulable"
     assert 2 <= elapsed < 15
+    print(f"unschedulable, 2 s grace: verdict {elapsed:.2f}s after the spawn request")
     await assert_pod_gone(kube, lab.pod_name)
 
 
@@ -247,8 +248,10 @@ async def test_an_invalid_image_name_ends_the_spawn_at_once(kube, spawners):
         component="kubelet",
         type_="Warning",
     )
+    emitted = time.perf_counter()
     with pytest.raises(ColocationRefused) as refused:
         await start
+    print(f"invalid image: verdict {time.perf_counter() - emitted:.2f}s after the deciding event")
     assert refused.value.event_verdict.reason == "image-invalid"
     await assert_pod_gone(kube, lab.pod_name)
 
