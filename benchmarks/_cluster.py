@@ -24,8 +24,9 @@ TESTS_DIR = ROOT / "tests"
 if str(TESTS_DIR) not in sys.path:
     sys.path.insert(0, str(TESTS_DIR))
 
-from kube import helpers  # noqa: E402
+from kube import helpers, spawning  # noqa: E402
 from kube.controlplane import ControlPlane  # noqa: E402
+from kube.spawning import stop_reflectors  # noqa: E402
 
 BUILD_SCRIPT = TESTS_DIR / "kube" / "build.sh"
 
@@ -147,31 +148,6 @@ def machine() -> str:
 # spawners outside JupyterHub (as tests/cluster/conftest.py builds them)
 
 
-class HubUser:
-    """The parts of jupyterhub.user.User that KubeSpawner reads."""
-
-    def __init__(self, name: str, uid: int = 1):
-        from jupyterhub.objects import Server
-
-        self.name = name
-        self.id = uid
-        self.server = Server()
-        self.url = f"/user/{name}/"
-        self.escaped_name = name
-
-    async def get_auth_state(self):
-        return {}
-
-
-class OrmSpawner:
-    """The parts of jupyterhub.orm.Spawner a Spawner reads: its server name."""
-
-    def __init__(self, name: str):
-        self.name = name
-        self.server = None
-        self.state = {}
-
-
 async def use_credentials(kubeconfig: str) -> None:
     """Make spawners created from now on use ``kubeconfig`` (KubeSpawner loads the default
     kubeconfig once per process and shares one API client per event loop)."""
@@ -182,55 +158,8 @@ async def use_credentials(kubeconfig: str) -> None:
     await config.load_kube_config(config_file=kubeconfig)
 
 
-def base_config(namespace: str):
-    from traitlets.config import Config
-
-    c = Config()
-    ks = c.KubeSpawner
-    ks.namespace = namespace
-    ks.image = "quay.io/jupyter/base-notebook:latest"
-    ks.start_timeout = 30
-    ks.http_timeout = 5
-    ks.delete_grace_period = 0  # no kubelet: a graceful delete would never complete
-    ks.storage_pvc_ensure = True
-    ks.pvc_name_template = "claim-{username}"
-    ks.storage_capacity = "1Gi"
-    ks.volumes = [{"name": "home", "persistentVolumeClaim": {"claimName": "claim-{username}"}}]
-    ks.volume_mounts = [{"name": "home", "mountPath": "/home/jovyan"}]
-    ks.cpu_guarantee = 0.1
-    ks.mem_guarantee = "128M"
-    ks.k8s_api_request_retry_timeout = 15
-    return c
-
-
-_uid = [1000]
-
-
 def make_spawner(cls, namespace: str, username: str, server: str = "", **traits):
     """A KubeSpawner (or subclass) for ``username``'s server ``server`` in ``namespace``."""
-    from jupyterhub.objects import Hub
-
-    c = base_config(namespace)
-    for name, value in traits.items():
-        setattr(c[cls.__name__], name, value)
-    _uid[0] += 1
-    return cls(
-        hub=Hub(),
-        user=HubUser(username, _uid[0]),
-        orm_spawner=OrmSpawner(server),
-        config=c,
-        api_token="benchmark-token",
-        oauth_client_id=f"jupyterhub-user-{username}",
-        _mock=True,
+    return spawning.make_spawner(
+        cls, namespace, username, server, api_token="benchmark-token", **traits
     )
-
-
-async def stop_reflectors(namespace: str) -> None:
-    """Stop the class-level reflectors KubeSpawner started for ``namespace``."""
-    from kubespawner import KubeSpawner
-
-    for key, reflector in list(KubeSpawner.reflectors.items()):
-        if key[1] == namespace:
-            KubeSpawner.reflectors.pop(key, None)
-            with contextlib.suppress(Exception):
-                await reflector.stop()

@@ -1,0 +1,100 @@
+"""Spawners built outside JupyterHub, for the cluster tests and the benchmarks (test scaffolding).
+
+KubeSpawner needs a hub, a user and an ORM spawner; these are the minimal stand-ins for the parts
+it reads, plus the base configuration that fits the test control plane.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+
+_uids = itertools.count(1001)
+
+
+class HubUser:
+    """The parts of jupyterhub.user.User that KubeSpawner reads."""
+
+    def __init__(self, name: str, uid: int = 1):
+        from jupyterhub.objects import Server
+
+        self.name = name
+        self.id = uid
+        self.server = Server()
+        self.url = f"/user/{name}/"
+        self.escaped_name = name
+
+    async def get_auth_state(self):
+        return {}
+
+
+class OrmSpawner:
+    """The parts of jupyterhub.orm.Spawner a Spawner reads: its server name."""
+
+    def __init__(self, name: str):
+        self.name = name
+        self.server = None
+        self.state = {}
+
+
+def base_config(namespace: str):
+    """KubeSpawner settings for the test control plane: shared home claim, no kubelet."""
+    from traitlets.config import Config
+
+    c = Config()
+    ks = c.KubeSpawner
+    ks.namespace = namespace
+    ks.image = "quay.io/jupyter/base-notebook:latest"
+    ks.start_timeout = 30
+    ks.http_timeout = 5
+    ks.delete_grace_period = 0  # no kubelet: a graceful delete would never complete
+    ks.storage_pvc_ensure = True
+    ks.pvc_name_template = "claim-{username}"
+    ks.storage_capacity = "1Gi"
+    ks.volumes = [{"name": "home", "persistentVolumeClaim": {"claimName": "claim-{username}"}}]
+    ks.volume_mounts = [{"name": "home", "mountPath": "/home/jovyan"}]
+    ks.cpu_guarantee = 0.1
+    ks.mem_guarantee = "128M"
+    ks.k8s_api_request_retry_timeout = 15
+    return c
+
+
+def make_spawner(
+    cls,
+    namespace: str,
+    username: str,
+    server: str = "",
+    *,
+    config=None,
+    api_token="test-token",
+    **traits,
+):
+    """A KubeSpawner (or subclass) for ``username``'s server ``server`` in ``namespace``:
+    ``base_config``, merged with ``config``, then ``traits`` set on ``cls``'s section."""
+    from jupyterhub.objects import Hub
+
+    c = base_config(namespace)
+    if config is not None:
+        c.merge(config)
+    for name, value in traits.items():
+        setattr(c[cls.__name__], name, value)
+    return cls(
+        hub=Hub(),
+        user=HubUser(username, next(_uids)),
+        orm_spawner=OrmSpawner(server),
+        config=c,
+        api_token=api_token,
+        oauth_client_id=f"jupyterhub-user-{username}",
+        _mock=True,
+    )
+
+
+async def stop_reflectors(namespace: str) -> None:
+    """Stop the class-level reflectors KubeSpawner started for ``namespace``."""
+    from kubespawner import KubeSpawner
+
+    for key, reflector in list(KubeSpawner.reflectors.items()):
+        if key[1] == namespace:
+            KubeSpawner.reflectors.pop(key, None)
+            with contextlib.suppress(Exception):
+                await reflector.stop()
