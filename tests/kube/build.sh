@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Build the test control plane from unmodified upstream Go modules:
 #   bin/etcd  (go.etcd.io/etcd/server/v3)
-#   bin/kube  (k8s.io/kubernetes: `kube apiserver ...`, `kube scheduler ...`)
+#   bin/kube  (k8s.io/kubernetes: `kube apiserver|scheduler|controller-manager ...`)
 # Idempotent: Go's build cache makes a rebuild with no change take seconds. Prints the bin dir last.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -17,6 +17,11 @@ pkg=k8s.io/component-base/version
 ldflags="-s -w -X $pkg.gitVersion=$k8s_version -X $pkg.gitMajor=1 -X $pkg.gitMinor=$k8s_minor"
 ldflags="$ldflags -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z"
 ldflags="$ldflags -X k8s.io/client-go/pkg/version.gitVersion=$k8s_version"
+
+# One Go build at a time on this machine: parallel cold builds of the same modules only
+# compete for the cores (Go's build cache is shared and safe to use concurrently).
+exec 9>"${TMPDIR:-/tmp}/nebari-colocate-go-build.lock"
+flock 9
 
 start=$(date +%s)
 (cd "$here/etcd" && go build -trimpath -ldflags "-s -w" -o "$bin/etcd" .)
