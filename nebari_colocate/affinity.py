@@ -5,6 +5,12 @@ rule lets the first one land anywhere and makes concurrent spawns converge).  Wh
 a required node affinity ``matchFields metadata.name In [N]`` is ANDed into every existing
 nodeSelectorTerm: terms are ORed, so appending a term of its own would loosen the profile's
 selection instead of narrowing it.  Preferred affinities and everything else are left alone.
+
+A required pod-affinity term that already selects on our label key (a hand-written co-location
+rule, such as data-science-pack's ``extra_pod_config`` one with the ``{username}`` escape-slug
+value) is replaced by ours, never ANDed with it: its value may differ from ours for the same user,
+and two terms that cannot both match make every first pod of that user unschedulable.  With no
+co-location needed (``skip``) such a term is dropped.
 """
 
 from __future__ import annotations
@@ -29,6 +35,38 @@ def node_pin(node_name: str) -> dict:
     return {"key": "metadata.name", "operator": "In", "values": [node_name]}
 
 
+def selects_on(term: Mapping, label_key: str) -> bool:
+    """Does a pod-affinity term's labelSelector select on ``label_key``?"""
+    selector = term.get("labelSelector") if isinstance(term, Mapping) else None
+    if not isinstance(selector, Mapping):
+        return False
+    if label_key in (selector.get("matchLabels") or {}):
+        return True
+    return any(
+        isinstance(e, Mapping) and e.get("key") == label_key
+        for e in selector.get("matchExpressions") or []
+    )
+
+
+def _drop_terms_on(affinity: dict, label_key: str) -> None:
+    pod_affinity = affinity.get("podAffinity")
+    if not isinstance(pod_affinity, Mapping):
+        return
+    required = pod_affinity.get("requiredDuringSchedulingIgnoredDuringExecution") or []
+    kept = [t for t in required if not selects_on(t, label_key)]
+    if len(kept) == len(required):
+        return
+    pod_affinity = dict(pod_affinity)
+    if kept:
+        pod_affinity["requiredDuringSchedulingIgnoredDuringExecution"] = kept
+    else:
+        pod_affinity.pop("requiredDuringSchedulingIgnoredDuringExecution", None)
+    if pod_affinity:
+        affinity["podAffinity"] = pod_affinity
+    else:
+        affinity.pop("podAffinity", None)
+
+
 def apply_decision(pod: Mapping, decision: Decision, label_key: str, label_value: str) -> dict:
     """A copy of ``pod`` labelled for co-location, with the affinity the decision calls for.
 
@@ -41,10 +79,15 @@ def apply_decision(pod: Mapping, decision: Decision, label_key: str, label_value
     metadata = manifest.setdefault("metadata", {})
     metadata.setdefault("labels", {})
     metadata["labels"] = {**(metadata["labels"] or {}), label_key: label_value}
+    spec = manifest.setdefault("spec", {})
+    if isinstance(spec.get("affinity"), Mapping):
+        spec["affinity"] = dict(spec["affinity"])
+        _drop_terms_on(spec["affinity"], label_key)
+        if not spec["affinity"]:
+            del spec["affinity"]
     if decision.verdict != COLOCATE:
         return manifest
 
-    spec = manifest.setdefault("spec", {})
     affinity = spec.get("affinity") or {}
     spec["affinity"] = affinity
 

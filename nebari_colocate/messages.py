@@ -25,9 +25,12 @@ _RESOURCE_WORDS = {
 }
 
 
-def server_label(server_name: str) -> str:
-    """How a server is called on the spawn page: the default server has no name."""
-    return "your default server" if not server_name else f"'{server_name}'"
+def server_label(server_name: str, display_names: Mapping[str, str] | None = None) -> str:
+    """How the user knows a server: its display name (jhub-apps' app name) when
+    ``display_names`` has one, else its server name; the default server without a display name
+    is "your default server" (jhub-apps shows it as "JupyterLab": pass ``{"": "JupyterLab"}``)."""
+    shown = (display_names or {}).get(server_name) or server_name
+    return "your default server" if not shown else f"'{shown}'"
 
 
 def _is_own(pod: Mapping, username: str, user_label: str | None) -> bool:
@@ -141,8 +144,10 @@ def _exclusivity(decision: Decision) -> str:
     return "Your volume can be attached to one node at a time"
 
 
-def _subject(server_name: str) -> str:
-    return f"Your server '{server_name}'" if server_name else "Your default server"
+def subject(server_name: str, display_names: Mapping[str, str] | None = None) -> str:
+    """ "Your server 'My Dashboard'" / "Your default server": the start of every message."""
+    label = server_label(server_name, display_names)
+    return "Your default server" if label == "your default server" else f"Your server {label}"
 
 
 def _advice(decision: Decision, holders: list[str], has_profiles: bool = True) -> str:
@@ -169,13 +174,16 @@ def user_message(
     server_name: str,
     user_label: str | None = None,
     has_profiles: bool = True,
+    display_names: Mapping[str, str] | None = None,
 ) -> str:
-    """Plain text for the spawn page."""
+    """Plain text for the spawn page.  ``display_names``: server name -> the name the user
+    knows (only the user's own servers; see :func:`server_label`)."""
     if decision.verdict != REFUSE:
         return ""
-    holders = [server_label(n) for n in own_servers(decision, username, user_label)]
+    holders = [server_label(n, display_names) for n in own_servers(decision, username, user_label)]
     others = _others(decision, username, user_label)
-    parts = [f"{_subject(server_name)} cannot start: {'; '.join(reason_sentences(decision, pod))}."]
+    why = "; ".join(reason_sentences(decision, pod))
+    parts = [f"{subject(server_name, display_names)} cannot start: {why}."]
     if holders or others:
         in_use = []
         if holders:
@@ -195,24 +203,26 @@ def user_html(
     server_name: str,
     user_label: str | None = None,
     has_profiles: bool = True,
+    display_names: Mapping[str, str] | None = None,
 ) -> str:
-    """The same message as HTML; every user-controlled string is escaped."""
+    """The same message as HTML; every user-controlled string (server and display names) is
+    escaped."""
     if decision.verdict != REFUSE:
         return ""
     esc = html.escape
-    title = esc(_subject(server_name))
+    title = esc(subject(server_name, display_names))
     reasons = "".join(f"<li>{esc(s)}</li>" for s in reason_sentences(decision, pod))
     holders = own_servers(decision, username, user_label)
     # <div>, not <p>: JupyterHub's error page puts the message inside a <p> of its own; and
     # left-aligned, as the spawn pages centre their text.
     body = [f"<div>{title} cannot start:</div>", f'<ul class="colocate-reasons">{reasons}</ul>']
     if holders:
-        items = "".join(f"<li>{esc(server_label(n))}</li>" for n in holders)
+        items = "".join(f"<li>{esc(server_label(n, display_names))}</li>" for n in holders)
         body.append(
             f"<div>{esc(_exclusivity(decision))} and is in use by:</div>"
             f'<ul class="colocate-holders">{items}</ul>'
         )
-    advice = _advice(decision, [server_label(n) for n in holders], has_profiles)
+    advice = _advice(decision, [server_label(n, display_names) for n in holders], has_profiles)
     body.append(f"<div>{esc(advice)}</div>")
     return f'<div class="colocate-message" style="text-align: left">{"".join(body)}</div>'
 
@@ -234,3 +244,16 @@ def operator_line(decision: Decision, *, username: str, server_name: str) -> str
     if decision.notes:
         fields.append(f"notes={'; '.join(decision.notes)!r}")
     return "colocate " + " ".join(fields)
+
+
+def event_failure(server_name: str, text: str, display_names: Mapping[str, str] | None = None):
+    """(text, html) for a spawn ended by a hopeless pod event; ``text`` is the verdict's words."""
+    message = f"{subject(server_name, display_names)} could not start: {text}"
+    return message, (
+        f'<div class="colocate-message" style="text-align: left">{html.escape(message)}</div>'
+    )
+
+
+def default_failure(text: str) -> str:
+    """The verdict's words, or a generic sentence when it has none."""
+    return text or "The server could not start."

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import html
 import json
 import re
 import time
@@ -30,24 +29,26 @@ from typing import ClassVar
 
 from kubespawner import KubeSpawner
 from kubespawner.slugs import is_valid_label, safe_slug
-from tornado import web
-from traitlets import Bool, CaselessStrEnum, Float, List, TraitError, Unicode, default, validate
+from traitlets import (
+    Bool,
+    CaselessStrEnum,
+    Float,
+    List,
+    TraitError,
+    Unicode,
+    default,
+    validate,
+)
 
 from . import messages, metrics
 from .affinity import apply_decision
 from .events import FAIL, EventVerdict, classify
 from .fit import pod_requests
+from .jupyterhub import JUPYTERHUB_MAJOR, ColocationRefused, uncount_refusal
 from .placement import REFUSE, SKIP, Decision, Policy, decide, safe_side
 from .state import load_from_api
 
-try:  # JupyterHub >= 6: refusals do not count toward consecutive_failure_limit
-    from jupyterhub.spawner import SpawnException as _RefusalBase
-except ImportError:  # JupyterHub 5
-    _RefusalBase = None
-
-import jupyterhub
-
-JUPYTERHUB_MAJOR = int(jupyterhub.__version__.split(".")[0])
+__all__ = ["JUPYTERHUB_MAJOR", "ColocatingKubeSpawner", "ColocationRefused"]
 
 _LABEL_NAME = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)$")
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
@@ -143,55 +144,6 @@ def check_config(config, class_names=("Spawner", "KubeSpawner", "ColocatingKubeS
     check_premium_resources(merged.get("premium_resources", []))
     check_timeout(merged.get("colocation_check_timeout", 5.0))
     check_mode_conflicts(mode, merged.get("storage_class"), merged.get("storage_access_modes"))
-
-
-if _RefusalBase is not None:
-
-    class ColocationRefused(_RefusalBase):
-        """A spawn refused by the co-location check or ended by a hopeless pod event.
-
-        JupyterHub 6: a SpawnException with status 400, which does not count toward
-        ``consecutive_failure_limit``.  ``decision`` is set for pre-spawn refusals,
-        ``event_verdict`` for spawns ended by pod events.
-        """
-
-        def __init__(
-            self, message: str, html: str, log_message: str, *, decision=None, event_verdict=None
-        ):
-            super().__init__(
-                message, reason="colocation", log_message=log_message, message_html=html
-            )
-            self.operator_line = log_message
-            self.decision = decision
-            self.event_verdict = event_verdict
-            self.jupyterhub_message = message
-            self.jupyterhub_html_message = html
-
-else:  # pragma: no cover - exercised on JupyterHub 5
-
-    class ColocationRefused(web.HTTPError):
-        """A spawn refused by the co-location check or ended by a hopeless pod event.
-
-        JupyterHub 5: a 400 HTTPError carrying ``jupyterhub_message`` / ``jupyterhub_html_message``.
-        JupyterHub 5's REST API answers with ``log_message % args`` and ignores
-        ``jupyterhub_message``, so the HTTPError's own message is the user text (it never names
-        another user's pods); the operator line is kept in ``operator_line``.
-        """
-
-        def __init__(
-            self, message: str, html: str, log_message: str, *, decision=None, event_verdict=None
-        ):
-            super().__init__(400, "%s", message, reason="colocation")
-            self.decision = decision
-            self.event_verdict = event_verdict
-            self.message = message
-            self.message_html = html
-            self.operator_line = log_message
-            self.jupyterhub_message = message
-            self.jupyterhub_html_message = html
-
-        def __str__(self) -> str:
-            return f"400 ColocationRefused: {self.operator_line}"
 
 
 def _placement_fingerprint(pod: dict) -> str:
@@ -317,9 +269,20 @@ class ColocatingKubeSpawner(KubeSpawner):
         """,
     )
 
+    default_server_display_name = Unicode(
+        None,
+        allow_none=True,
+        config=True,
+        help="""
+        What messages call the user's default server.  ``None`` (the default): "JupyterLab" when
+        jhub-apps built this spawner class (its home page shows the default server so), else
+        "your default server".  Named servers are called by their display name (jhub-apps' app
+        name) when they have one, else by their server name.
+        """,
+    )
+
     #: per-user locks: {username: [asyncio.Lock, users]}; class level so all spawners share them
     _colocation_locks: ClassVar[dict[str, list]] = {}
-    _jh5_warning_logged: ClassVar[bool] = False
 
     # ------------------------------------------------------------------------------------------
     # configuration
@@ -349,7 +312,6 @@ class ColocatingKubeSpawner(KubeSpawner):
         self._colocation_decision: Decision | None = None
         self._event_verdict: EventVerdict | None = None
         self._requests_premium = False
-        self._warn_jupyterhub5_failure_limit()
 
     def check_colocation_config(self) -> None:
         """Raise ColocationConfigError for settings that contradict each other."""
@@ -360,19 +322,29 @@ class ColocatingKubeSpawner(KubeSpawner):
         )
         check_mode_conflicts(self.storage_access_mode, self.storage_class, explicit)
 
-    def _warn_jupyterhub5_failure_limit(self) -> None:
-        cls = ColocatingKubeSpawner
-        if JUPYTERHUB_MAJOR >= 6 or not self.consecutive_failure_limit or cls._jh5_warning_logged:
-            return
-        cls._jh5_warning_logged = True
-        self.log.warning(
-            "JupyterHub %s counts refused spawns toward consecutive_failure_limit=%s and stops the "
-            "hub when it is reached: a user retrying a refused spawn can stop the hub. Set "
-            "c.Spawner.consecutive_failure_limit = 0 (helm: hub.consecutiveFailureLimit: 0) or "
-            "upgrade to JupyterHub 6, which counts only server errors.",
-            jupyterhub.__version__,
-            self.consecutive_failure_limit,
-        )
+    def server_display_names(self) -> dict[str, str]:
+        """Server name -> the name this user knows it by, for the user's own servers only.
+
+        JupyterHub 6 has ``Spawner.display_name``; on JupyterHub 5 jhub-apps keeps the app's name
+        in ``user_options["display_name"]``, stored with every server of the user.
+        """
+        names: dict[str, str] = {}
+        orm_user = getattr(self.user, "orm_user", None)
+        stored = getattr(orm_user, "orm_spawners", None) or {}
+        for name, orm_spawner in stored.items():
+            shown = _display_name(orm_spawner)
+            if shown:
+                names[name or ""] = shown
+        current = _display_name(self)
+        if current:
+            names[self.name or ""] = current
+        if not names.get(""):
+            default = self.default_server_display_name
+            if default is None and _built_by_jhub_apps(type(self)):
+                default = "JupyterLab"
+            if default:
+                names[""] = default
+        return names
 
     @property
     def colocation_label_value(self) -> str:
@@ -491,6 +463,7 @@ class ColocatingKubeSpawner(KubeSpawner):
             "server_name": self.name,
             "user_label": safe_slug(self.user.name, is_valid=is_valid_label),
             "has_profiles": bool(self.profile_list),
+            "display_names": self.server_display_names(),
         }
         return ColocationRefused(
             messages.user_message(decision, pod, **args),
@@ -506,7 +479,9 @@ class ColocatingKubeSpawner(KubeSpawner):
         decision = await self.colocation_decide(pod)
         if decision.verdict == REFUSE:
             self._release_colocation_lock()
-            raise self._refusal(decision, pod)
+            refusal = self._refusal(decision, pod)
+            uncount_refusal(self)
+            raise refusal
         return decision
 
     async def load_user_options(self):
@@ -547,12 +522,15 @@ class ColocatingKubeSpawner(KubeSpawner):
     # fail fast after the pod exists
 
     def _own_servers(self) -> dict[str, str]:
-        """Pod name -> server name of this user's pods (for Multi-Attach messages)."""
+        """Pod name -> the name the user knows for each of this user's pods (for Multi-Attach
+        messages): the display name, else the server name ("" for the default server)."""
         own = {}
+        names = self.server_display_names()
         for pod in self._reflector_pods() or []:
             annotations = (pod.get("metadata") or {}).get("annotations") or {}
             if annotations.get(messages.USERNAME_ANNOTATION) == self.user.name:
-                own[pod["metadata"]["name"]] = annotations.get(messages.SERVERNAME_ANNOTATION, "")
+                server = annotations.get(messages.SERVERNAME_ANNOTATION, "")
+                own[pod["metadata"]["name"]] = names.get(server) or server
         return own
 
     def classify_events(self) -> EventVerdict:
@@ -614,15 +592,12 @@ class ColocatingKubeSpawner(KubeSpawner):
             await self.stop(now=True)
         except Exception:
             self.log.exception("colocate: could not delete pod %s", self.pod_name)
-        text = verdict.user_message or "The server could not start."
-        subject = f"Your server '{self.name}'" if self.name else "Your default server"
-        message = f"{subject} could not start: {text}"
-        raise ColocationRefused(
-            message,
-            f'<div class="colocate-message" style="text-align: left">{html.escape(message)}</div>',
-            log_message,
-            event_verdict=verdict,
+        message, message_html = messages.event_failure(
+            self.name, messages.default_failure(verdict.user_message), self.server_display_names()
         )
+        refusal = ColocationRefused(message, message_html, log_message, event_verdict=verdict)
+        uncount_refusal(self)
+        raise refusal
 
     async def progress(self):
         """Progress of the spawn for the spawn-pending page, in plain language.
@@ -675,6 +650,20 @@ class ColocatingKubeSpawner(KubeSpawner):
             if finished:
                 break
             await asyncio.sleep(1)
+
+
+def _display_name(spawner) -> str:
+    """A spawner's (or stored spawner's) display name: ``display_name`` (JupyterHub 6), else
+    ``user_options["display_name"]`` (jhub-apps on JupyterHub 5); "" when neither is a string."""
+    shown = getattr(spawner, "display_name", None)
+    if not isinstance(shown, str) or not shown.strip():
+        options = getattr(spawner, "user_options", None)
+        shown = options.get("display_name") if isinstance(options, dict) else None
+    return shown.strip() if isinstance(shown, str) else ""
+
+
+def _built_by_jhub_apps(cls) -> bool:
+    return any(base.__module__.startswith("jhub_apps") for base in cls.__mro__)
 
 
 #: events whose raw message the progress stream replaces with the classifier's plain words

@@ -18,10 +18,25 @@ PIN = name_is("gpu-1")
 GPU_TERM = term(expr("nebari.dev/node-type", "In", "gpu"))
 ZONE_TERM = term(expr("zone", "In", "a"))
 PREFERRED = [{"weight": 10, "preference": term(expr("zone", "In", "a"))}]
+# data-science-pack's hand-written co-location rule: the escape-slug value of "tpotts@openteams.com"
+HAND_WRITTEN_TERM = {
+    "labelSelector": {
+        "matchExpressions": [{"key": KEY, "operator": "In", "values": ["tpotts-40openteams-2ecom"]}]
+    },
+    "topologyKey": "kubernetes.io/hostname",
+}
+HAND_WRITTEN_LABELS_TERM = {
+    "labelSelector": {"matchLabels": {KEY: "tpotts-40openteams-2ecom"}},
+    "topologyKey": "kubernetes.io/hostname",
+}
 OTHER_POD_TERM = {
     "labelSelector": {"matchLabels": {"app": "db"}},
     "topologyKey": "topology.kubernetes.io/zone",
 }
+
+
+def pod_affinity(*terms: dict) -> dict:
+    return {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": list(terms)}}
 
 
 def required_terms(manifest: dict) -> list[dict] | None:
@@ -100,6 +115,41 @@ def pod_terms(manifest: dict) -> list[dict] | None:
                 }
             },
             [OUR_TERM],
+            None,
+        ),
+        (
+            "a-hand-written-term-on-our-key-is-replaced-not-anded",
+            Decision("colocate"),
+            {"affinity": pod_affinity(HAND_WRITTEN_TERM)},
+            [OUR_TERM],
+            None,
+        ),
+        (
+            "a-hand-written-match-labels-term-on-our-key-is-replaced",
+            Decision("colocate", node="gpu-1"),
+            {"affinity": pod_affinity(HAND_WRITTEN_LABELS_TERM)},
+            [OUR_TERM],
+            [term(fields=[PIN])],
+        ),
+        (
+            "only-the-term-on-our-key-is-replaced",
+            Decision("colocate"),
+            {"affinity": pod_affinity(OTHER_POD_TERM, HAND_WRITTEN_TERM)},
+            [OTHER_POD_TERM, OUR_TERM],
+            None,
+        ),
+        (
+            "skip-drops-a-hand-written-term-on-our-key",
+            Decision("skip"),
+            {"affinity": pod_affinity(HAND_WRITTEN_TERM)},
+            None,
+            None,
+        ),
+        (
+            "skip-keeps-other-pod-affinity",
+            Decision("skip"),
+            {"affinity": pod_affinity(HAND_WRITTEN_TERM, OTHER_POD_TERM)},
+            [OTHER_POD_TERM],
             None,
         ),
     ],

@@ -361,3 +361,88 @@ def test_advice_suggests_a_profile_only_on_a_hub_that_has_profiles(has_profiles,
         decision, {"spec": {}}, username="alice", server_name="", has_profiles=has_profiles
     )
     assert ("profile" in html) is has_profiles
+
+
+# --------------------------------------------------------------------------------------------------
+# names the user knows (jhub-apps display names)
+
+
+@pytest.mark.parametrize(
+    "test_variation_id, refused, holder, display_names, expect_subject, expect_holder",
+    [
+        (
+            "app-names-instead-of-slugs",
+            "my-dashboard",
+            "pandas-app",
+            {"my-dashboard": "My Dashboard", "pandas-app": "Pandas App"},
+            "Your server 'My Dashboard' cannot start",
+            "'Pandas App'",
+        ),
+        (
+            "jhub-apps-calls-the-default-server-jupyterlab",
+            "",
+            "pandas-app",
+            {"": "JupyterLab", "pandas-app": "Pandas App"},
+            "Your server 'JupyterLab' cannot start",
+            "'Pandas App'",
+        ),
+        (
+            "default-server-holder-as-jupyterlab",
+            "my-dashboard",
+            "",
+            {"": "JupyterLab"},
+            "Your server 'my-dashboard' cannot start",
+            "'JupyterLab'",
+        ),
+        (
+            "no-display-names-keeps-server-names",
+            "my-dashboard",
+            "",
+            {},
+            "Your server 'my-dashboard' cannot start",
+            "your default server",
+        ),
+    ],
+)
+def test_messages_call_servers_by_the_names_the_user_knows(
+    test_variation_id, refused, holder, display_names, expect_subject, expect_holder
+):
+    new_pod = gpu_lab(refused)
+    decision = refusal(new_pod, pvc(HOME), alice(holder))
+    args = {"username": "alice", "server_name": refused, "display_names": display_names}
+    text = messages.user_message(decision, new_pod, **args)
+    html = messages.user_html(decision, new_pod, **args)
+    assert text.startswith(expect_subject), text
+    assert f"in use by {expect_holder}." in text
+    assert f"stop {expect_holder} first" in text
+    assert f"<li>{expect_holder}</li>".replace("'", "&#x27;") in html
+
+
+def test_display_names_are_escaped_in_html():
+    new_pod = gpu_lab("my-app")
+    decision = refusal(new_pod, pvc(HOME), alice("pandas-app"))
+    names = {"my-app": XSS, "pandas-app": f"Pandas {XSS}"}
+    args = {"username": "alice", "server_name": "my-app", "display_names": names}
+    html = messages.user_html(decision, new_pod, **args)
+    text = messages.user_message(decision, new_pod, **args)
+    assert "<img" not in html and html.count("&lt;img src=x onerror=alert(1)&gt;") >= 2
+    assert XSS in text
+
+
+def test_display_names_of_other_users_servers_are_never_used():
+    new_pod = gpu_lab("", claims=["team-data"])
+    decision = refusal(new_pod, pvc("team-data"), bob())
+    args = {"username": "alice", "server_name": "", "display_names": {BOB_SERVER: "Bob's Plan"}}
+    for output in (
+        messages.user_message(decision, new_pod, **args),
+        messages.user_html(decision, new_pod, **args),
+    ):
+        assert "Bob" not in output and BOB_SERVER not in output
+
+
+def test_event_failure_names_the_server_by_its_display_name():
+    text, html = messages.event_failure(
+        "my-app", "the image name is invalid.", {"my-app": "<b>My App</b>"}
+    )
+    assert text == "Your server '<b>My App</b>' could not start: the image name is invalid."
+    assert "<b>" not in html and "&lt;b&gt;My App&lt;/b&gt;" in html

@@ -1,0 +1,101 @@
+"""What differs between JupyterHub 5 and 6: the refusal exception and failure accounting.
+
+See ``docs/jupyterhub-versions.md``.
+
+- The refusal is a ``SpawnException`` (status 400) on JupyterHub 6 and a 400 ``HTTPError`` carrying
+  ``jupyterhub_message`` / ``jupyterhub_html_message`` on JupyterHub 5; the user reads the same
+  words on both.
+- ``consecutive_failure_limit``: JupyterHub 6 does not count a ``SpawnException`` or a 4xx
+  ``HTTPError``. JupyterHub 5 counts every failed spawn in ``BaseHandler.spawn_single_user``: a
+  done-callback on the spawn future adds one to the request handler's
+  ``settings["failure_count"]`` (the tornado Application's settings, a copy of the hub's
+  ``tornado_settings``, reached as ``spawner.handler.settings`` while the spawn runs; not
+  ``user.settings``) and stops the hub at the limit.
+  :func:`uncount_refusal` takes one off just before a refusal is raised, so the callback brings the
+  count back to where it was: refusals are not counted, real failures still are.
+"""
+
+from __future__ import annotations
+
+import jupyterhub
+from tornado import web
+
+JUPYTERHUB_MAJOR = int(jupyterhub.__version__.split(".")[0])
+#: JupyterHub itself leaves refusals (4xx, SpawnException) out of consecutive_failure_limit
+COUNTS_ONLY_SERVER_ERRORS = JUPYTERHUB_MAJOR >= 6
+
+try:  # JupyterHub >= 6
+    from jupyterhub.spawner import SpawnException as _SpawnException
+except ImportError:  # JupyterHub 5
+    _SpawnException = None
+
+
+if _SpawnException is not None:
+
+    class ColocationRefused(_SpawnException):
+        """A spawn refused by the co-location check or ended by a hopeless pod event.
+
+        JupyterHub 6: a SpawnException with status 400, which does not count toward
+        ``consecutive_failure_limit``.  ``decision`` is set for pre-spawn refusals,
+        ``event_verdict`` for spawns ended by pod events.
+        """
+
+        def __init__(
+            self, message: str, html: str, log_message: str, *, decision=None, event_verdict=None
+        ):
+            super().__init__(
+                message, reason="colocation", log_message=log_message, message_html=html
+            )
+            self.operator_line = log_message
+            self.decision = decision
+            self.event_verdict = event_verdict
+            self.jupyterhub_message = message
+            self.jupyterhub_html_message = html
+
+else:  # pragma: no cover - exercised on JupyterHub 5
+
+    class ColocationRefused(web.HTTPError):
+        """A spawn refused by the co-location check or ended by a hopeless pod event.
+
+        JupyterHub 5: a 400 HTTPError carrying ``jupyterhub_message`` / ``jupyterhub_html_message``.
+        JupyterHub 5's REST API answers with ``log_message % args`` and ignores
+        ``jupyterhub_message``, so the HTTPError's own message is the user text (it never names
+        another user's pods); the operator line is kept in ``operator_line``.
+        """
+
+        def __init__(
+            self, message: str, html: str, log_message: str, *, decision=None, event_verdict=None
+        ):
+            super().__init__(400, "%s", message, reason="colocation")
+            self.decision = decision
+            self.event_verdict = event_verdict
+            self.message = message
+            self.message_html = html
+            self.operator_line = log_message
+            self.jupyterhub_message = message
+            self.jupyterhub_html_message = html
+
+        def __str__(self) -> str:
+            return f"400 ColocationRefused: {self.operator_line}"
+
+
+def uncount_refusal(spawner) -> bool:
+    """On JupyterHub 5, keep the refusal about to be raised out of ``consecutive_failure_limit``.
+
+    Call it right before raising the refusal from inside the spawn.  It acts only when
+    JupyterHub 5's failure callback will run for this spawn: the spawn was started by
+    ``spawn_single_user`` (which sets ``spawner._spawn_future`` and hooks the callback to it
+    before the spawn's first step runs) and that future is not done.  Returns whether it acted.
+    """
+    if COUNTS_ONLY_SERVER_ERRORS:
+        return False
+    future = getattr(spawner, "_spawn_future", None)
+    if future is None or future.done():
+        return False
+    handler = getattr(spawner, "handler", None)
+    settings = getattr(handler, "settings", None)
+    if not isinstance(settings, dict):
+        return False
+    # The callback does setdefault(0) then += 1: from k - 1 back to k, below the limit.
+    settings["failure_count"] = settings.get("failure_count", 0) - 1
+    return True

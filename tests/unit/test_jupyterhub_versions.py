@@ -1,0 +1,119 @@
+"""What differs between JupyterHub 5 and 6: failure accounting and display names (plain objects).
+
+The real hubs are in tests/e2e/test_failure_accounting.py; these rows pin the bookkeeping.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from types import SimpleNamespace
+
+import pytest
+
+from nebari_colocate import jupyterhub as jh
+from nebari_colocate.spawner import ColocatingKubeSpawner
+
+
+def spawning(count, *, future_done=False, has_future=True, has_handler=True):
+    loop = asyncio.new_event_loop()
+    future = loop.create_future()
+    if future_done:
+        future.set_result(None)
+    settings = {} if count is None else {"failure_count": count}
+    handler = SimpleNamespace(settings=settings) if has_handler else None
+    spawner = SimpleNamespace(_spawn_future=future if has_future else None, handler=handler)
+    loop.close()
+    return spawner, settings
+
+
+def jupyterhub5_callback(settings):
+    """What JupyterHub 5.5's _track_failure_count does with a failed spawn."""
+    settings.setdefault("failure_count", 0)
+    settings["failure_count"] += 1
+    return settings["failure_count"]
+
+
+@pytest.mark.parametrize(
+    "test_variation_id, count, kwargs, expect_acted, expect_after_callback",
+    [
+        ("first-refusal-counts-nothing", None, {}, True, 0),
+        ("after-four-real-failures-the-count-stays-four", 4, {}, True, 4),
+        ("not-started-by-spawn-single-user", 2, {"has_future": False}, False, 3),
+        ("spawn-future-already-done", 2, {"future_done": True}, False, 3),
+        ("no-handler", 2, {"has_handler": False}, False, 3),
+    ],
+)
+def test_jupyterhub5_leaves_refusals_out_of_the_failure_count(
+    test_variation_id, count, kwargs, expect_acted, expect_after_callback, monkeypatch
+):
+    monkeypatch.setattr(jh, "COUNTS_ONLY_SERVER_ERRORS", False)
+    spawner, settings = spawning(count, **kwargs)
+    assert jh.uncount_refusal(spawner) is expect_acted
+    assert jupyterhub5_callback(settings) == expect_after_callback
+
+
+def test_six_refusals_never_reach_a_limit_of_five(monkeypatch):
+    monkeypatch.setattr(jh, "COUNTS_ONLY_SERVER_ERRORS", False)
+    spawner, settings = spawning(None)
+    counts = []
+    for _ in range(6):
+        jh.uncount_refusal(spawner)
+        counts.append(jupyterhub5_callback(settings))
+    assert counts == [0] * 6
+    assert [jupyterhub5_callback(settings) for _ in range(5)] == [1, 2, 3, 4, 5]
+
+
+def test_jupyterhub6_counts_nothing_itself_so_nothing_is_taken_off(monkeypatch):
+    monkeypatch.setattr(jh, "COUNTS_ONLY_SERVER_ERRORS", True)
+    spawner, settings = spawning(3)
+    assert jh.uncount_refusal(spawner) is False
+    assert settings == {"failure_count": 3}
+
+
+def fake_spawner(name, options=None, stored=(), default=None, display_name=None):
+    orm_spawners = {n: SimpleNamespace(user_options=o, display_name=d) for n, o, d in stored}
+    return SimpleNamespace(
+        name=name,
+        user_options=options or {},
+        display_name=display_name,
+        default_server_display_name=default,
+        user=SimpleNamespace(orm_user=SimpleNamespace(orm_spawners=orm_spawners)),
+    )
+
+
+@pytest.mark.parametrize(
+    "test_variation_id, spawner, expect",
+    [
+        (
+            "jupyterhub5-jhub-apps-user-options",
+            fake_spawner(
+                "my-dashboard",
+                {"display_name": "My Dashboard"},
+                stored=[("pandas-app", {"display_name": "Pandas App"}, None), ("", {}, None)],
+            ),
+            {"my-dashboard": "My Dashboard", "pandas-app": "Pandas App"},
+        ),
+        (
+            "jupyterhub6-display-name-wins",
+            fake_spawner(
+                "app",
+                {"display_name": "old"},
+                stored=[("other", {}, "Other App")],
+                display_name="New Name",
+            ),
+            {"app": "New Name", "other": "Other App"},
+        ),
+        (
+            "configured-default-server-name",
+            fake_spawner("x", stored=[("", {}, None)], default="My Lab"),
+            {"": "My Lab"},
+        ),
+        (
+            "non-string-display-names-are-ignored",
+            fake_spawner("x", {"display_name": ["not", "a", "name"]}, stored=[("y", None, 7)]),
+            {},
+        ),
+    ],
+)
+def test_server_display_names(test_variation_id, spawner, expect):
+    assert ColocatingKubeSpawner.server_display_names(spawner) == expect
