@@ -1,10 +1,28 @@
-"""Read zero-to-jupyterhub helm values (``custom.*``) into traitlets config.
+"""The one-call switch of a zero-to-jupyterhub deployment: helm values, spawner, templates.
 
 In the hub image, ``z2jh.get_config`` reads the chart's values; it exists only there, so it is
-imported lazily.  Use it in ``hub.extraConfig`` (or ``01-spawner.py``)::
+imported lazily.  One snippet in ``hub.extraConfig`` (which zero-to-jupyterhub runs after the
+chart's settings, ``hub.config`` and every ``jupyterhub_config.d`` file, such as
+data-science-pack's ``01-spawner.py`` and ``02-jhub-apps.py``)::
 
     from nebari_colocate.helm import configure
     configure(c)
+
+turns the deployment over without a fork of its config files
+(``docs/quickstart-data-science-pack.md``):
+
+- the spawner class: KubeSpawner becomes ColocatingKubeSpawner; the class jhub-apps built on
+  KubeSpawner is built again, by jhub-apps' own ``subclass_spawner``, on ColocatingKubeSpawner;
+- a hand-written required pod affinity that keeps a user's pods together (on the co-location
+  label key, or on ``hub.jupyter.org/username``) is taken out of ``extra_pod_config`` and
+  ``pod_affinity_required``: the spawner emits its own, only when a volume needs it;
+- a hard-coded ``storage_access_modes`` is made to follow ``storage_access_mode`` (a single mode
+  written there and no ``custom.storage-access-mode`` becomes the mode);
+- with jhub-apps, the templates this package ships for jhub-apps' pages go first in
+  ``template_paths`` (the reason of a refused spawn on the pages jhub-apps replaces);
+- the settings are validated: a bad value stops the hub at start with a message naming it.
+
+Calling it again changes nothing more.
 
 Keys (all optional)::
 
@@ -19,7 +37,17 @@ Keys (all optional)::
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping
+from pathlib import Path
+
+log = logging.getLogger("nebari_colocate")
+
+#: templates for jhub-apps' pages (not_running.html, home.html), ahead of jhub-apps' own
+JHUB_APPS_TEMPLATES = Path(__file__).resolve().parent / "templates" / "jhub_apps"
+#: the label zero-to-jupyterhub and KubeSpawner put the user's (slugged) name in
+USERNAME_LABEL = "hub.jupyter.org/username"
+HOSTNAME = "kubernetes.io/hostname"
 
 #: helm key under ``custom`` -> ColocatingKubeSpawner trait
 KEYS = {
@@ -65,13 +93,36 @@ def values_to_config(custom: Mapping) -> dict:
 
 
 def configure(c, get_config: Callable | None = None, section: str = "ColocatingKubeSpawner"):
-    """Copy the helm values into ``c.<section>`` and validate the result (fails at hub start).
+    """Switch the hub config ``c`` to ColocatingKubeSpawner (see the module docstring): helm
+    values into ``c.<section>``, spawner class, hand-written affinity, access modes, jhub-apps
+    templates, then validate (fails at hub start with a message naming the setting).
 
     Returns the trait values that were set.
     """
+    get_config = get_config or _z2jh_get_config()
+    settings = helm_settings(c, get_config)
+    label_key = settings.get("colocation_label_key") or _configured(
+        c, "colocation_label_key", "nebari.dev/colocate-user"
+    )
+    switch_spawner_class(c)
+    removed = remove_colocation_affinity(c, label_key)
+    if removed:
+        log.info("nebari-colocate: removed hand-written co-location affinity: %s", removed)
+    install_templates(c)
+    return settings
+
+
+def _configured(c, trait: str, default):
+    for section in ("ColocatingKubeSpawner", "KubeSpawner", "Spawner"):
+        if section in c and trait in c[section]:
+            return c[section][trait]
+    return default
+
+
+def helm_settings(c, get_config: Callable, section: str = "ColocatingKubeSpawner") -> dict:
+    """The ``custom.*`` values into ``c.<section>``, access modes reconciled, validated."""
     from .spawner import check_config
 
-    get_config = get_config or _z2jh_get_config()
     settings = values_to_config(get_config("custom", {}) or {})
     # "" (None here) means "not set": leave the chart's own value (e.g. the storage class from
     # singleuser.storage.dynamic.storageClass) in place rather than clearing it.
@@ -83,10 +134,143 @@ def configure(c, get_config: Callable | None = None, section: str = "ColocatingK
         mode = _canonical_mode(settings["storage_access_mode"])
         settings["storage_access_mode"] = mode
         settings["storage_access_modes"] = [mode]
+    else:
+        # A hard-coded c.KubeSpawner.storage_access_modes (data-science-pack writes
+        # ["ReadWriteOnce"]) and no helm value: that single mode is the mode.
+        explicit = _configured(c, "storage_access_modes", None)
+        mode = _configured(c, "storage_access_mode", None)
+        if mode is None and isinstance(explicit, (list, tuple)) and len(explicit) == 1:
+            mode = _canonical_mode(explicit[0])
+            settings["storage_access_mode"] = mode
+        if mode is not None:
+            settings["storage_access_modes"] = [_canonical_mode(mode)]
     for trait, value in settings.items():
         setattr(c[section], trait, value)
     check_config(c, class_names=("Spawner", "KubeSpawner", section))
     return settings
+
+
+def switch_spawner_class(c) -> type:
+    """``c.JupyterHub.spawner_class`` on ColocatingKubeSpawner; returns the class now set.
+
+    KubeSpawner (by class or entry-point name) -> ColocatingKubeSpawner.  jhub-apps'
+    ``install_jhub_apps`` sets a class it built on the class it was given (``JHubSpawner``);
+    built on KubeSpawner, it is built again by jhub-apps' ``subclass_spawner`` on
+    ColocatingKubeSpawner.  A class already based on ColocatingKubeSpawner stays.  Any other
+    class cannot be switched without knowing what it does: an error names it.
+    """
+    from kubespawner import KubeSpawner
+
+    from .spawner import ColocatingKubeSpawner
+
+    current = c.JupyterHub.spawner_class if "spawner_class" in c.JupyterHub else None
+    if isinstance(current, str):
+        current = _spawner_from_name(current)
+    if current is None or current is KubeSpawner:
+        c.JupyterHub.spawner_class = ColocatingKubeSpawner
+    elif isinstance(current, type) and issubclass(current, ColocatingKubeSpawner):
+        pass
+    elif _is_jhub_apps_class(current) and current.__bases__ == (KubeSpawner,):
+        from jhub_apps.spawner.spawner_creation import subclass_spawner
+
+        c.JupyterHub.spawner_class = subclass_spawner(ColocatingKubeSpawner)
+    else:
+        raise HelmValuesError(
+            f"c.JupyterHub.spawner_class is {current!r}: nebari_colocate.helm.configure "
+            "switches KubeSpawner, and jhub-apps' class built on KubeSpawner, to "
+            "ColocatingKubeSpawner; base this class on ColocatingKubeSpawner instead "
+            "(docs/quickstart-z2jh.md)"
+        )
+    return c.JupyterHub.spawner_class
+
+
+def _spawner_from_name(name: str):
+    if name in ("kubespawner", "kubernetes", "kubespawner.KubeSpawner"):
+        from kubespawner import KubeSpawner
+
+        return KubeSpawner
+    if name in ("colocate", "nebari_colocate.ColocatingKubeSpawner"):
+        from .spawner import ColocatingKubeSpawner
+
+        return ColocatingKubeSpawner
+    from traitlets.utils.importstring import import_item
+
+    try:
+        return import_item(name) if "." in name else None
+    except ImportError as exc:
+        raise HelmValuesError(f"c.JupyterHub.spawner_class {name!r} cannot be imported") from exc
+
+
+def _is_jhub_apps_class(cls) -> bool:
+    return isinstance(cls, type) and cls.__module__.startswith("jhub_apps")
+
+
+def is_colocation_term(term, label_key: str) -> bool:
+    """A required pod-affinity term that keeps a user's pods on one node: topology
+    ``kubernetes.io/hostname``, selecting on ``label_key`` or ``hub.jupyter.org/username``."""
+    from .affinity import selects_on
+
+    if not isinstance(term, Mapping) or term.get("topologyKey") != HOSTNAME:
+        return False
+    return selects_on(term, label_key) or selects_on(term, USERNAME_LABEL)
+
+
+def remove_colocation_affinity(c, label_key: str) -> list[str]:
+    """Take hand-written co-location terms out of ``extra_pod_config`` and
+    ``pod_affinity_required`` in every KubeSpawner section; returns where they were."""
+    removed = []
+    for section in ("KubeSpawner", "ColocatingKubeSpawner"):
+        if section not in c:
+            continue
+        config = c[section]
+        if "pod_affinity_required" in config:
+            terms = list(config.pod_affinity_required or [])
+            kept = [t for t in terms if not is_colocation_term(t, label_key)]
+            if len(kept) != len(terms):
+                config.pod_affinity_required = kept
+                removed.append(f"c.{section}.pod_affinity_required")
+        if "extra_pod_config" in config and isinstance(config.extra_pod_config, Mapping):
+            extra = dict(config.extra_pod_config)
+            affinity = extra.get("affinity")
+            pod_affinity = affinity.get("podAffinity") if isinstance(affinity, Mapping) else None
+            if not isinstance(pod_affinity, Mapping):
+                continue
+            terms = list(pod_affinity.get("requiredDuringSchedulingIgnoredDuringExecution") or [])
+            kept = [t for t in terms if not is_colocation_term(t, label_key)]
+            if len(kept) == len(terms):
+                continue
+            pod_affinity = dict(pod_affinity)
+            if kept:
+                pod_affinity["requiredDuringSchedulingIgnoredDuringExecution"] = kept
+            else:
+                pod_affinity.pop("requiredDuringSchedulingIgnoredDuringExecution")
+            affinity = {**affinity, "podAffinity": pod_affinity}
+            if not pod_affinity:
+                del affinity["podAffinity"]
+            if affinity:
+                extra["affinity"] = affinity
+            else:
+                del extra["affinity"]
+            config.extra_pod_config = extra
+            removed.append(f"c.{section}.extra_pod_config")
+    return removed
+
+
+def install_templates(c) -> bool:
+    """With jhub-apps' templates in ``c.JupyterHub.template_paths``, put this package's
+    templates for jhub-apps' pages first; returns whether they are installed."""
+    paths = list(c.JupyterHub.template_paths) if "template_paths" in c.JupyterHub else []
+    ours = str(JHUB_APPS_TEMPLATES)
+    if not any(_is_jhub_apps_templates(p) for p in paths):
+        return False
+    paths = [ours] + [str(p) for p in paths if str(p) != ours]
+    c.JupyterHub.template_paths = paths
+    return True
+
+
+def _is_jhub_apps_templates(path) -> bool:
+    parts = Path(str(path)).parts
+    return len(parts) >= 2 and parts[-1] == "templates" and parts[-2] == "jhub_apps"
 
 
 def _canonical_mode(value) -> str:

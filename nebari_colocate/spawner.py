@@ -269,6 +269,20 @@ class ColocatingKubeSpawner(KubeSpawner):
         """,
     )
 
+    refusal_hold_seconds = Float(
+        3.0,
+        config=True,
+        help="""
+        Seconds a refused spawn that was requested through the REST API stays pending before it
+        fails, with the reason already in its progress stream.  Under zero-to-jupyterhub
+        (``slow_spawn_timeout`` 0) the REST API answers 202 before any refusal, and jhub-apps'
+        pages learn how a start ended only by looking again: held this long, the refusal reaches
+        JupyterHub's spawn-pending page that jhub-apps' "Create app" opens, and the home page
+        nebari-colocate installs for jhub-apps.  Spawns from JupyterHub's own spawn form are
+        never held (the form shows a quick refusal itself).  0 disables it.  Default: 3.
+        """,
+    )
+
     default_server_display_name = Unicode(
         None,
         allow_none=True,
@@ -312,6 +326,10 @@ class ColocatingKubeSpawner(KubeSpawner):
         self._colocation_decision: Decision | None = None
         self._event_verdict: EventVerdict | None = None
         self._requests_premium = False
+        self._held_refusal: ColocationRefused | None = None
+        #: the last refusal of this server, {"message", "html"}, until its next start (the home
+        #: page nebari-colocate installs for jhub-apps shows it)
+        self.colocation_failure: dict | None = None
 
     def check_colocation_config(self) -> None:
         """Raise ColocationConfigError for settings that contradict each other."""
@@ -472,6 +490,31 @@ class ColocatingKubeSpawner(KubeSpawner):
             decision=decision,
         )
 
+    def _remember(self, refusal: ColocationRefused) -> None:
+        self.colocation_failure = {
+            "message": refusal.jupyterhub_message,
+            "html": refusal.jupyterhub_html_message,
+        }
+
+    def _requested_through_rest_api(self) -> bool:
+        try:
+            from jupyterhub.apihandlers.base import APIHandler
+        except ImportError:  # pragma: no cover
+            return False
+        return isinstance(getattr(self, "handler", None), APIHandler)
+
+    async def _hold(self, refusal: ColocationRefused) -> None:
+        """Keep a REST-requested refused spawn pending for ``refusal_hold_seconds``, with the
+        reason in the progress stream, so pages that look again see how it ended."""
+        self._remember(refusal)
+        if self.refusal_hold_seconds <= 0 or not self._requested_through_rest_api():
+            return
+        self._held_refusal = refusal
+        try:
+            await asyncio.sleep(self.refusal_hold_seconds)
+        finally:
+            self._held_refusal = None
+
     def _serialize(self, pod) -> dict:
         return self.api.api_client.sanitize_for_serialization(pod)
 
@@ -480,6 +523,7 @@ class ColocatingKubeSpawner(KubeSpawner):
         if decision.verdict == REFUSE:
             self._release_colocation_lock()
             refusal = self._refusal(decision, pod)
+            await self._hold(refusal)
             uncount_refusal(self)
             raise refusal
         return decision
@@ -487,6 +531,7 @@ class ColocatingKubeSpawner(KubeSpawner):
     async def load_user_options(self):
         """Apply the profile, then run the check before the PVC or the pod exists."""
         await super().load_user_options()
+        self.colocation_failure = None
         self._colocation_checked = None
         await self._acquire_colocation_lock()
         task = asyncio.current_task()
@@ -596,6 +641,7 @@ class ColocatingKubeSpawner(KubeSpawner):
             self.name, messages.default_failure(verdict.user_message), self.server_display_names()
         )
         refusal = ColocationRefused(message, message_html, log_message, event_verdict=verdict)
+        self._remember(refusal)
         uncount_refusal(self)
         raise refusal
 
@@ -626,6 +672,14 @@ class ColocatingKubeSpawner(KubeSpawner):
             ):
                 last_patience = elapsed
                 yield {"message": self.slow_spawn_message.format(seconds=int(elapsed)).strip()}
+            held = self._held_refusal
+            if held is not None and last_text != held.jupyterhub_message:
+                last_text = held.jupyterhub_message
+                yield {
+                    "progress": 100,
+                    "message": held.jupyterhub_message,
+                    "html_message": held.jupyterhub_html_message,
+                }
             verdict = self.classify_events() if self._colocation_decision is not None else None
             for event in self.events:
                 uid = (event.get("metadata") or {}).get("uid") or id(event)
