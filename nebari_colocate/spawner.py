@@ -665,7 +665,8 @@ class ColocatingKubeSpawner(KubeSpawner):
             start_future = self._start_future
             finished = start_future is not None and start_future.done()
             elapsed = time.perf_counter() - started
-            threshold = self.slow_spawn_message_threshold
+            # The patience-message traits may be absent (a branch without them): then no message.
+            threshold = getattr(self, "slow_spawn_message_threshold", 0) or 0
             if (
                 0 < threshold <= elapsed
                 and elapsed >= last_patience + self.slow_spawn_message_frequency

@@ -12,8 +12,12 @@ s = json.loads(Path(os.environ["NEBARI_COLOCATE_E2E_SETTINGS"]).read_text())
 work = Path(s["workdir"])
 
 # -- network: the public proxy, the proxy's API and the hub, all on 127.0.0.1 ------------------
-c.JupyterHub.ip = "127.0.0.1"
-c.JupyterHub.port = s["proxy_port"]
+if s.get("jhub_apps"):
+    # jhub-apps needs bind_url (its PUBLIC_HOST and OAuth callback); it supersedes ip/port.
+    c.JupyterHub.bind_url = f"http://127.0.0.1:{s['proxy_port']}"
+else:
+    c.JupyterHub.ip = "127.0.0.1"
+    c.JupyterHub.port = s["proxy_port"]
 c.JupyterHub.hub_ip = "127.0.0.1"
 c.JupyterHub.hub_port = s["hub_port"]
 c.ConfigurableHTTPProxy.api_url = f"http://127.0.0.1:{s['proxy_api_port']}"
@@ -45,6 +49,9 @@ c.JupyterHub.named_server_limit_per_user = 0
 # -- the spawner under test, by its entry point name ---------------------------------------------
 c.JupyterHub.spawner_class = "colocate"
 c.Spawner.consecutive_failure_limit = s["consecutive_failure_limit"]
+if s.get("z2jh"):
+    # zero-to-jupyterhub's own jupyterhub_config.py: every REST spawn answers 202 at once.
+    c.JupyterHub.tornado_settings = {"slow_spawn_timeout": 0}
 c.Spawner.start_timeout = s.get("start_timeout", 30)
 c.Spawner.http_timeout = s.get("http_timeout", 15)
 
@@ -76,3 +83,62 @@ if delay:
         await asyncio.sleep(delay)
 
     c.Spawner.pre_spawn_hook = slow_pre_spawn_hook
+
+# -- jhub-apps, installed as a deployment installs it ----------------------------------------
+# "jhub_apps": "colocate"  -> install_jhub_apps(c, spawner_to_subclass=ColocatingKubeSpawner)
+# "jhub_apps": "data-science-pack" -> the replica of data-science-pack's 01-spawner.py and
+#     02-jhub-apps.py (tests/e2e/data_science_pack/), then the documented hub.extraConfig
+#     snippet, in zero-to-jupyterhub's order.
+# jhub-apps re-executes this file in its `japps` service process (JHUB_JUPYTERHUB_CONFIG).
+mode = s.get("jhub_apps")
+if mode:
+    import sys
+
+    from jhub_apps import theme_template_paths, themes
+    from jhub_apps.configuration import install_jhub_apps
+
+    c.JAppsConfig.jupyterhub_config_path = __file__
+    c.JAppsConfig.python_exec = sys.executable
+    c.JAppsConfig.hub_host = "127.0.0.1"
+    c.JAppsConfig.app_title = "nebari-colocate e2e"
+    # JupyterHub gives a managed service 10 s to answer and stops the hub otherwise; importing
+    # jhub-apps' service takes ~5 s of CPU per worker, two workers by default: one, on 2 cores.
+    c.JAppsConfig.service_workers = 1
+    if mode == "data-science-pack":
+        here = Path(__file__).resolve().parent
+        sys.path.insert(0, str(here / "data_science_pack"))
+        from z2jh import get_chart_config, get_config  # the shim: tests/e2e/data_science_pack
+
+        for name in ("01-spawner.py", "02-jhub-apps.py"):
+            path = here / "data_science_pack" / name
+            code = compile(path.read_text(), str(path), "exec")
+            exec(code, {"c": c, "get_config": get_config, "get_chart_config": get_chart_config})
+        for _, snippet in sorted((get_config("hub.extraConfig", {}) or {}).items()):
+            exec(snippet, {"c": c, "get_config": get_config})
+    else:
+        from nebari_colocate import ColocatingKubeSpawner
+
+        c.JupyterHub.default_url = "/hub/home"
+        c.JupyterHub.template_paths = theme_template_paths
+        c.JupyterHub.template_vars = dict(themes.DEFAULT_THEME)
+        c = install_jhub_apps(c, spawner_to_subclass=ColocatingKubeSpawner)
+        if s.get("configure", True):
+            from nebari_colocate.helm import configure
+
+            configure(c, get_config=lambda key, default=None: default)
+
+    # jhub-apps binds its service on 0.0.0.0:10202 (fixed); here: loopback and a free port.
+    for service in c.JupyterHub.services:
+        if service.get("name") == "japps":
+            port = s["japps_port"]
+            service["url"] = f"http://127.0.0.1:{port}"
+            service["command"] = [
+                f"--port={port}"
+                if arg.startswith("--port=")
+                else ("--host=127.0.0.1" if arg.startswith("--host=") else arg)
+                for arg in service["command"]
+            ]
+        if "command" in service:
+            env = service.setdefault("environment", {})
+            env["NEBARI_COLOCATE_E2E_SETTINGS"] = os.environ["NEBARI_COLOCATE_E2E_SETTINGS"]
+            env["KUBECONFIG"] = os.environ.get("KUBECONFIG", "")
