@@ -146,6 +146,9 @@ class Hub:
             "api_token": self.api_token,
             "password": PASSWORD,
             "consecutive_failure_limit": 0,
+            # The pods' server port: one per hub, so a single-user stub of another test run on
+            # this machine (pod IPs 127.0.0.X repeat across control planes) never answers.
+            "server_port": free_port(),
             **settings,
         }
         if self.settings.get("jhub_apps"):

@@ -67,6 +67,7 @@ ks.volume_mounts = [{"name": "home", "mountPath": "/home/jovyan"}]
 ks.cpu_guarantee = 0.1
 ks.mem_guarantee = "128M"
 ks.k8s_api_request_retry_timeout = 15
+ks.port = s["server_port"]
 if s.get("profile_list"):
     ks.profile_list = s["profile_list"]
 for name, value in (s.get("spawner") or {}).items():

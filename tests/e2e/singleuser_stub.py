@@ -10,7 +10,9 @@ and, for each Running pod with a podIP in 127.0.0.0/8, listens on that IP and th
 container port (8888, KubeSpawner's default) and answers every request with 200 and a small JSON
 body naming the pod, as jupyter_server's ``GET <base_url>api`` would, with the
 ``X-JupyterHub-Version`` header the hub reads from that response. When the pod goes away it stops
-listening. It never authenticates anyone and serves nothing else: it only lets the hub's
+listening. A pod annotated ``e2e.nebari.dev/crash: "true"`` gets no answer at all, as a server
+process that crashed at start: the hub gives up after ``http_timeout``, a real spawn failure.
+It never authenticates anyone and serves nothing else: it only lets the hub's
 "is the server up?" check succeed for a pod that the kubelet stub says is running.
 
     python singleuser_stub.py --kubeconfig admin.kubeconfig --namespace NS
@@ -33,6 +35,8 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from tornado import httpserver, web
 
 LOOPBACK = ipaddress.ip_network("127.0.0.0/8")
+#: a pod annotated so stands for a server process that crashed at start: nothing answers for it
+CRASH_ANNOTATION = "e2e.nebari.dev/crash"
 DEFAULT_PORT = 8888
 
 
@@ -74,6 +78,8 @@ class Stub:
         if pod.metadata.deletion_timestamp is not None or status is None:
             return None
         if status.phase != "Running" or not status.pod_ip:
+            return None
+        if (pod.metadata.annotations or {}).get(CRASH_ANNOTATION) == "true":
             return None
         if ipaddress.ip_address(status.pod_ip) not in LOOPBACK:
             log(f"not serving {pod.metadata.name}: podIP {status.pod_ip} is not loopback")
