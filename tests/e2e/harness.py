@@ -153,6 +153,10 @@ class Hub:
         }
         if self.settings.get("jhub_apps"):
             self.settings.setdefault("japps_port", free_port())
+        if self.settings.get("jhub_apps") == "data-science-pack":
+            # The replica's 02-jhub-apps.py binds this (data-science-pack: 0.0.0.0:8000).
+            values = self.settings.setdefault("helm_values", {})
+            values.setdefault("custom", {})["e2e-bind-url"] = self.url
         self.hub: Process | None = None
         self.stub: Process | None = None
         self._session: aiohttp.ClientSession | None = None
@@ -354,6 +358,22 @@ class Hub:
             if time.monotonic() > deadline:
                 raise AssertionError(f"{user}/{server!r} not ready in {timeout} s: {model}")
             await asyncio.sleep(0.2)
+
+    async def wait_until_ended(
+        self, user: str, server: str = "", timeout: float = 60
+    ) -> dict | None:
+        """Wait until the hub no longer reports the server pending; its model (None if gone or
+        if the hub went away)."""
+        deadline = time.monotonic() + timeout
+        while self.hub is not None and self.hub.alive() and time.monotonic() < deadline:
+            try:
+                model = await self.server_model(user, server)
+            except Exception:  # the hub went away in the middle of a request
+                return None
+            if not model or not model.get("pending"):
+                return model
+            await asyncio.sleep(0.2)
+        return None
 
     async def stop_server(self, user: str, server: str = "", timeout: float = 30) -> None:
         status, body = await self.api("DELETE", self.server_path(user, server))

@@ -12,7 +12,6 @@ configured, on both lines. The hub runs with zero-to-jupyterhub's settings
 from __future__ import annotations
 
 import asyncio
-import time
 
 from .harness import is_proxy
 from .test_refusals_in_browser import CPU_PROFILE, GPU_PROFILE, cpu_and_gpu_nodes
@@ -28,20 +27,6 @@ CRASH_PROFILE = {
 }
 
 
-async def wait_until_ended(hub, user: str, server: str, timeout: float = 60) -> dict | None:
-    """Wait until the hub no longer reports the server pending; its model (None if gone)."""
-    deadline = time.monotonic() + timeout
-    while hub.hub.alive() and time.monotonic() < deadline:
-        try:
-            model = await hub.server_model(user, server)
-        except Exception:  # the hub went away in the middle of a request
-            return None
-        if not model or not model.get("pending"):
-            return model
-        await asyncio.sleep(0.2)
-    return None
-
-
 async def test_six_refusals_in_a_row_leave_the_hub_running(kube, start_hub):
     await cpu_and_gpu_nodes(kube)
     await kube.create_bound_claim("claim-alice")
@@ -55,7 +40,7 @@ async def test_six_refusals_in_a_row_leave_the_hub_running(kube, start_hub):
         assert hub.hub.alive(), f"the hub stopped after {attempt} refusals"
         status, body = await hub.request_server("alice", "", {"profile": "gpu"})
         assert status == 202, body  # slow_spawn_timeout 0: accepted, then refused
-        model = await wait_until_ended(hub, "alice", "")
+        model = await hub.wait_until_ended("alice", "")
         assert model is None or not model.get("ready"), model
 
     await asyncio.sleep(3)  # longer than JupyterHub's two-second delay before it aborts
@@ -86,7 +71,7 @@ async def test_five_crashing_servers_in_a_row_still_stop_the_hub(kube, start_hub
     while hub.hub.alive() and failures < 5:
         status, body = await hub.request_server("alice", "", {"profile": "crash"})
         assert status == 202, body
-        model = await wait_until_ended(hub, "alice", "")
+        model = await hub.wait_until_ended("alice", "")
         assert model is None or not model.get("ready"), model
         failures += 1
 
