@@ -1,24 +1,17 @@
-# data-science-pack / Nebari hub config: 01-spawner.py (additions for nebari-colocate)
+# A zero-to-jupyterhub hub without jhub-apps: a whole jupyterhub_config.d file (or the body of a
+# hub.extraConfig entry). zero-to-jupyterhub's jupyterhub_config.py executes it with `c` defined,
+# after the chart's own settings (storage, profile_list, consecutive_failure_limit).
 #
-# zero-to-jupyterhub's jupyterhub_config.py executes this file with `c` already defined, and with
-# `get_config` being z2jh.get_config(key, default=None), which reads the chart's values.
-#
-# ColocatingKubeSpawner *is* a KubeSpawner and reads the same c.KubeSpawner settings
-# (profile_list, storage, images, hooks), so everything else in this file stays as it is. Remove:
-#   - any hand-written hard podAffinity that keeps a user's pods together (for example in
-#     c.KubeSpawner.extra_pod_config): the spawner emits it itself, only when the volume needs it;
-#   - any hard-coded c.KubeSpawner.storage_access_modes: custom.storage-access-mode sets it.
+# configure(c) is the one call: it reads custom.storage-access-mode, custom.storage-class and
+# custom.colocate-* from the helm values, switches KubeSpawner to ColocatingKubeSpawner, takes a
+# hand-written co-location pod affinity out of extra_pod_config / pod_affinity_required (the
+# spawner emits its own, only when a volume needs it), makes storage_access_modes follow the mode,
+# and validates: a bad value stops the hub at start with a message naming it.
+# ruff: noqa: F821  (`c` is defined by the hub config)
 from nebari_colocate.helm import configure
 
-c.JupyterHub.spawner_class = "colocate"  # noqa: F821  (02-jhub-apps.py subclasses it)
-
-# custom.storage-access-mode / custom.storage-class / custom.colocate-* from the helm values,
-# validated now: a bad value stops the hub at start with a message naming it.
-configure(c)  # noqa: F821
-
+# Settings of your own go before configure(c), so that it validates them too.
 # A CPU app forced onto the node of a GPU lab keeps the GPU node alive: warn (default) or refuse.
-c.ColocatingKubeSpawner.premium_node_policy = "warn"  # noqa: F821
+c.ColocatingKubeSpawner.premium_node_policy = "warn"
 
-# JupyterHub 5 counts refused spawns toward consecutive_failure_limit (zero-to-jupyterhub sets 5)
-# and stops the hub at the limit; JupyterHub 6 counts only server errors. On JupyterHub 5:
-c.Spawner.consecutive_failure_limit = 0  # noqa: F821
+configure(c)

@@ -164,3 +164,39 @@ async def test_an_email_user_starts_lab_and_app_on_one_node(kube, start_hub):
     assert "colocate verdict=refuse" in log and "server='gpu-app'" in log
     assert set(await user_pods(kube, EMAIL_USER)) == {"", "pandas-app"}
     assert hub.hub.alive()
+
+
+# --------------------------------------------------------------------------------------------------
+# examples/: whole files, run as zero-to-jupyterhub runs them
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+def test_the_jhub_apps_example_runs_as_a_whole_file(monkeypatch):
+    import types
+
+    def get_config(key, default=None):
+        return default
+
+    monkeypatch.setitem(sys.modules, "z2jh", types.SimpleNamespace(get_config=get_config))
+    c = Config()
+    c.JupyterHub.spawner_class = "kubespawner"  # zero-to-jupyterhub's own setting
+    c.KubeSpawner.storage_access_modes = ["ReadWriteOnce"]
+    code = compile((EXAMPLES / "02-jhub-apps.py").read_text(), "02-jhub-apps.py", "exec")
+    exec(code, {"c": c, "get_config": get_config})
+    cls = c.JupyterHub.spawner_class
+    assert cls.__module__.startswith("jhub_apps") and issubclass(cls, ColocatingKubeSpawner)
+    assert c.JupyterHub.bind_url == "http://127.0.0.1:8000"
+    assert str(c.JupyterHub.template_paths[0]) == str(JHUB_APPS_TEMPLATES)
+    assert any(s["name"] == "japps" for s in c.JupyterHub.services)
+
+
+def test_the_data_science_pack_example_is_the_tested_snippet(tmp_path, monkeypatch):
+    import yaml
+
+    values = yaml.safe_load((EXAMPLES / "data-science-pack-values.yaml").read_text())
+    snippets = values["jupyterhub"]["hub"]["extraConfig"]
+    assert list(snippets.values()) == [SNIPPET]
+    # ... and with the example's custom values, the replica switches as above.
+    c = run_like_z2jh(tmp_path, monkeypatch, {**helm_values(), "hub": values["jupyterhub"]["hub"]})
+    assert issubclass(c.JupyterHub.spawner_class, ColocatingKubeSpawner)

@@ -633,7 +633,11 @@ def test_the_z2jh_values_example_configures_the_hub(monkeypatch):
     c.KubeSpawner.storage_access_modes = get_config("singleuser.storage.dynamic.storageAccessModes")
     for _, snippet in sorted(get_config("hub.extraConfig").items()):
         exec(snippet, {"c": c})
-    assert c.JupyterHub.spawner_class == "colocate"
+    from nebari_colocate import ColocatingKubeSpawner
+
+    assert c.JupyterHub.spawner_class is ColocatingKubeSpawner
     assert c.ColocatingKubeSpawner.storage_access_mode == "ReadWriteOnce"
     assert c.ColocatingKubeSpawner.premium_node_policy == "warn"
-    assert get_config("hub.consecutiveFailureLimit") == 0
+    # the chart's limit stays (refusals do not count); one home per user
+    assert get_config("hub.consecutiveFailureLimit") is None
+    assert get_config("singleuser.storage.dynamic.pvcNameTemplate") == "claim-{username}"
