@@ -180,7 +180,8 @@ def test_the_jhub_apps_example_runs_as_a_whole_file(monkeypatch):
 
     monkeypatch.setitem(sys.modules, "z2jh", types.SimpleNamespace(get_config=get_config))
     c = Config()
-    c.JupyterHub.spawner_class = "kubespawner"  # zero-to-jupyterhub's own setting
+    c.JupyterHub.spawner_class = "kubespawner"  # zero-to-jupyterhub's own settings
+    c.JupyterHub.services = []
     c.KubeSpawner.storage_access_modes = ["ReadWriteOnce"]
     code = compile((EXAMPLES / "02-jhub-apps.py").read_text(), "02-jhub-apps.py", "exec")
     exec(code, {"c": c, "get_config": get_config})
