@@ -117,3 +117,51 @@ def fake_spawner(name, options=None, stored=(), default=None, display_name=None)
 )
 def test_server_display_names(test_variation_id, spawner, expect):
     assert ColocatingKubeSpawner.server_display_names(spawner) == expect
+
+
+class _Refusal:
+    jupyterhub_message = "Your server 'x' cannot start: ..."
+    jupyterhub_html_message = "<div>...</div>"
+
+
+def holding_spawner(hold: float, through_api: bool):
+    from jupyterhub.apihandlers.base import APIHandler
+    from jupyterhub.handlers.pages import SpawnHandler
+
+    handler_class = APIHandler if through_api else SpawnHandler
+    spawner = SimpleNamespace(
+        refusal_hold_seconds=hold,
+        handler=handler_class.__new__(handler_class),
+        _held_refusal=None,
+        colocation_failure=None,
+    )
+    spawner._remember = lambda r: ColocatingKubeSpawner._remember(spawner, r)
+    spawner._requested_through_rest_api = lambda: ColocatingKubeSpawner._requested_through_rest_api(
+        spawner
+    )
+    return spawner
+
+
+@pytest.mark.parametrize(
+    "test_variation_id, hold, through_api, expect_held",
+    [
+        ("rest-api-spawn-is-held", 0.2, True, True),
+        ("spawn-form-is-never-held", 0.2, False, False),
+        ("hold-off", 0, True, False),
+    ],
+)
+async def test_a_refusal_requested_through_the_rest_api_is_held_pending(
+    test_variation_id, hold, through_api, expect_held
+):
+    spawner = holding_spawner(hold, through_api)
+    task = asyncio.ensure_future(ColocatingKubeSpawner._hold(spawner, _Refusal()))
+    await asyncio.sleep(0.05)
+    # While held, the progress stream has the reason; afterwards it is gone, the failure kept.
+    assert (spawner._held_refusal is not None) is expect_held
+    assert task.done() is not expect_held
+    await task
+    assert spawner._held_refusal is None
+    assert spawner.colocation_failure == {
+        "message": _Refusal.jupyterhub_message,
+        "html": _Refusal.jupyterhub_html_message,
+    }
