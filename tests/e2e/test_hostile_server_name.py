@@ -62,7 +62,8 @@ async def test_hostile_app_name_is_text_on_every_page(kube, start_hub, browser_p
             "alice", "evil-app", {"display_name": HOSTILE, "user_options": {"profile": "cpu"}}
         )
         await legacy_pod_named(kube, "alice", HOSTILE, "cpu-1")
-        expected_holders = [f"'{HOSTILE}'", "'evil-app'"]
+        # evil-app is called by its display name, the hostile one: as text, twice.
+        expected_holders = [f"'{HOSTILE}'", f"'{HOSTILE}'"]
 
     await log_in(page, hub, "alice")
     await page.goto(f"{hub.url}/hub/home")
