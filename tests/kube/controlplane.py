@@ -331,8 +331,13 @@ def _port_in_use(log_path: Path) -> bool:
 
 def pod_cidr() -> str:
     """A /16 of 127.0.0.0/8 for this control plane's pod IPs, away from 127.0.0.x (where the hub,
-    the proxy and every server listen) and, by chance, from other control planes running now."""
-    return f"127.{secrets.randbelow(200) + 50}.0.0/16"
+    the proxy and every server listen), from the service range and, by chance, from other
+    control planes running now."""
+    service = ipaddress.ip_network(SERVICE_CLUSTER_IP_RANGE)
+    while True:
+        cidr = ipaddress.ip_network(f"127.{secrets.randbelow(200) + 50}.0.0/16")
+        if not cidr.overlaps(service):
+            return str(cidr)
 
 
 class ControlPlane:
@@ -398,6 +403,11 @@ class ControlPlane:
         self._atexit_registered = False
 
     # -- public ---------------------------------------------------------------------------------
+
+    @property
+    def kubelet_stub(self) -> bool:
+        """The former name of ``kwok``."""
+        return self.kwok
 
     @property
     def logs(self) -> dict[str, str]:
