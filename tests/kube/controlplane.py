@@ -69,6 +69,7 @@ CONTROLLERS = (
     "namespace",
     "garbagecollector",
 )
+PV_RESYNC = "1s"
 KWOK_STAGES = Path(__file__).with_name("kwok-stages.yaml")
 VOLUME_GATE = Path(__file__).with_name("volume_gate.py")
 # The hostIP of every pod (kwok's --node-ip, and the InternalIP of helpers.create_node's Nodes).
@@ -698,6 +699,10 @@ class ControlPlane:
                     "--authentication-skip-lookup=true",
                     f"--client-ca-file={self.ca_file}",
                     f"--controllers={','.join(self.controllers)}",
+                    # The PV controller matches a new claim against its cache of PVs; a PV created a
+                    # moment before may not be in it yet, and the claim then waits for the next
+                    # resync (15 s by default).
+                    f"--pvclaimbinder-sync-period={PV_RESYNC}",
                     "--leader-elect=false",
                     "--use-service-account-credentials=false",
                     f"--bind-address={HOST}",
