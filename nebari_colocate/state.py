@@ -224,10 +224,11 @@ def _expansion_problem(documents: list) -> str | None:
     return None
 
 
-def read_text(path: str | Path, *, max_bytes: int = MAX_FILE_BYTES) -> str:
+def read_text(path: str | Path, *, max_bytes: int | None = None) -> str:
     """The text of a user-supplied file, or StateError naming the file and the problem
-    (unreadable, larger than ``max_bytes``, not UTF-8 text)."""
+    (unreadable, larger than ``max_bytes`` (default :data:`MAX_FILE_BYTES`), not UTF-8 text)."""
     path = Path(path)
+    max_bytes = MAX_FILE_BYTES if max_bytes is None else max_bytes
     try:
         with open(path, "rb") as f:
             data = f.read(max_bytes + 1)
@@ -278,8 +279,9 @@ def read_yaml(path: str | Path) -> list[dict]:
 
 
 def read_objects(path: str | Path) -> list[dict]:
-    """:func:`read_yaml`, then every object of a kind the decision reads validated as the API
-    would (``nebari_colocate.validate``)."""
+    """The objects of the kinds the decision reads (:data:`KINDS`) in a YAML or JSON file, each
+    validated as the API would (``nebari_colocate.validate``); StateError names the file, the
+    object and the problem."""
     from .validate import InvalidObject, check_objects
 
     objects = read_yaml(path)
@@ -287,7 +289,7 @@ def read_objects(path: str | Path) -> list[dict]:
         check_objects(objects)
     except InvalidObject as exc:
         raise StateError(f"{path}: {exc}") from None
-    return objects
+    return [o for o in objects if o.get("kind") in KINDS]
 
 
 # --------------------------------------------------------------------------------------------------
