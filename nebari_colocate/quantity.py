@@ -35,6 +35,7 @@ _BINARY_EXPONENTS = {"Ki": 10, "Mi": 20, "Gi": 30, "Ti": 40, "Pi": 50, "Ei": 60}
 # One greedy step each, applied in sequence with no backtracking: a single regular expression for
 # the whole grammar backtracks quadratically on a long run of digits that ends badly.
 _DIGITS = re.compile(r"[0-9]*")
+_ZEROS = re.compile(r"0*")
 _SUFFIX_LETTERS = re.compile(r"[eEinumkKMGTP]*")
 #: more significant digits than this cannot change a value rounded to nano-units below saturation
 _KEPT_DIGITS = 80
@@ -84,55 +85,67 @@ def _parse_text(text: str) -> int:
 
 
 def _parse(text: str) -> int:
+    # Every step is one C-speed scan (a regular expression match, a count or a slice of at most
+    # _KEPT_DIGITS characters): str.lstrip("0") or str.isdigit() would cost several times more on
+    # a megabyte of digits.
     if not text:
         raise _invalid(text)
     end = len(text)
-    pos = 0
+    pos = 1 if text[0] in "+-" else 0
     negative = text[0] == "-"
-    if text[0] in "+-":
-        pos = 1
-    whole = _DIGITS.match(text, pos).group()
-    pos += len(whole)
-    fraction = ""
-    if pos < end and text[pos] == ".":
-        fraction = _DIGITS.match(text, pos + 1).group()
-        pos += 1 + len(fraction)
-    suffix = text[pos:]
-    letters = _SUFFIX_LETTERS.match(text, pos).group()
-    rest = text[pos + len(letters) :]
-    if rest[:1] in ("+", "-"):
-        rest = rest[1:]
-    if (rest and not rest.isdigit()) or not rest.isascii():
+    whole_end = _DIGITS.match(text, pos).end()
+    fraction_start = fraction_end = whole_end
+    if whole_end < end and text[whole_end] == ".":
+        fraction_start = whole_end + 1
+        fraction_end = _DIGITS.match(text, fraction_start).end()
+    suffix_start = fraction_end
+    letters_end = digits_start = _SUFFIX_LETTERS.match(text, suffix_start).end()
+    if digits_start < end and text[digits_start] in "+-":
+        digits_start += 1
+    if _DIGITS.match(text, digits_start).end() != end:
         raise _invalid(text)
 
+    suffix = text[suffix_start:] if end - suffix_start <= 24 else None
     binary = 0
     if suffix in _DECIMAL_EXPONENTS:
         exponent = _DECIMAL_EXPONENTS[suffix]
     elif suffix in _BINARY_EXPONENTS:
         exponent, binary = 0, _BINARY_EXPONENTS[suffix]
-    elif len(suffix) > 1 and suffix[0] in "eE" and _is_int64(suffix[1:]):
-        # Go: int32(strconv.ParseInt(...)): an exponent beyond int32 wraps around.
-        exponent = (int(suffix[1:]) + 2**31) % 2**32 - 2**31
+    elif letters_end == suffix_start + 1 and text[suffix_start] in "eE":
+        exponent = _int64_exponent(text, suffix_start + 1)
+        if exponent is None:
+            raise _invalid(text)
     else:
         raise _invalid(text)
 
-    digits = (whole + fraction).lstrip("0")
-    if not digits:
-        return 0
-    significant = digits.rstrip("0")
-    # value = int(significant) * 10**scale * 2**binary
-    scale = exponent - len(fraction) + (len(digits) - len(significant))
-    magnitude = len(significant) + scale  # value >= 10**(magnitude - 1) * 2**binary
+    # The first significant digit, in the integer part or else in the fraction.
+    first = _ZEROS.match(text, pos, whole_end).end()
+    if first == whole_end:
+        first = _ZEROS.match(text, fraction_start, fraction_end).end()
+        if first == fraction_end:
+            return 0
+    # value = int(digits from `first`, the point removed) * 10**scale * 2**binary
+    fraction_length = fraction_end - fraction_start
+    count = (
+        (whole_end - first if first < whole_end else 0) + fraction_end - max(first, fraction_start)
+    )
+    scale = exponent - fraction_length
+    magnitude = count + scale  # 10**(magnitude - 1) <= value / 2**binary < 10**magnitude
     if (magnitude - 1) + binary * 0.30103 > 20:  # beyond 10**20 units: past int64 for sure
         nanos = SATURATED_NANOS
     elif magnitude + binary * 0.30103 < -10:  # below a nano-unit: rounds up to one
         nanos = 1
     else:
-        sticky = len(significant) > _KEPT_DIGITS
-        if sticky:
-            scale += len(significant) - _KEPT_DIGITS
-            significant = significant[:_KEPT_DIGITS]
-        mantissa = (int(significant) + sticky) << binary
+        head = _digits(text, first, whole_end, fraction_start, fraction_end, _KEPT_DIGITS + 1)
+        sticky = False
+        if count > _KEPT_DIGITS:
+            # More digits than can matter: keep the first ones, remember whether any dropped
+            # digit is not zero, and round up past them.
+            dropped_from = first + _KEPT_DIGITS + (first < whole_end <= first + _KEPT_DIGITS)
+            sticky = _any_nonzero(text, dropped_from, whole_end, fraction_start, fraction_end)
+            scale += count - _KEPT_DIGITS
+            head = head[:_KEPT_DIGITS]
+        mantissa = (int(head) + sticky) << binary
         shift = scale + 9
         # rounded up (away from zero), as the API rounds to nano-units
         nanos = mantissa * 10**shift if shift >= 0 else -(-mantissa // 10**-shift)
@@ -140,15 +153,38 @@ def _parse(text: str) -> int:
     return -nanos if negative else nanos
 
 
-def _is_int64(text: str) -> bool:
-    """Go's ``strconv.ParseInt(text, 10, 64)`` succeeds (no spaces, no underscores, in range)."""
-    body = text[1:] if text[:1] in ("+", "-") else text
-    if not body or not body.isascii() or not body.isdigit():
-        return False
-    body = body.lstrip("0")
-    if len(body) > 19:
-        return False
-    return -(2**63) <= int(text) <= INT64_MAX
+def _digits(text: str, first: int, whole_end: int, frac_start: int, frac_end: int, n: int) -> str:
+    """Up to ``n`` digits from ``first``, skipping the decimal point."""
+    if first >= whole_end:
+        return text[first : min(frac_end, first + n)]
+    head = text[first : min(whole_end, first + n)]
+    return head + text[frac_start : min(frac_end, frac_start + n - len(head))]
+
+
+def _any_nonzero(text: str, start: int, whole_end: int, frac_start: int, frac_end: int) -> bool:
+    """Whether a digit other than 0 is at or after ``start`` (a position in the text)."""
+    spans = [(start, whole_end), (frac_start, frac_end)] if start < whole_end else []
+    if start >= whole_end:
+        spans = [(max(start, frac_start), frac_end)]
+    return any(_ZEROS.match(text, a, b).end() < b for a, b in spans if a < b)
+
+
+def _int64_exponent(text: str, start: int) -> int | None:
+    """Go's ``int32(strconv.ParseInt(text[start:], 10, 64))``, or None where ParseInt fails: an
+    exponent beyond int32 wraps around, one beyond int64 is no quantity."""
+    sign = text[start : start + 1]
+    body = start + 1 if sign in ("+", "-") else start
+    if body >= len(text):
+        return None
+    significant = _ZEROS.match(text, body).end()
+    if len(text) - significant > 19:
+        return None
+    value = int(text[significant:] or "0")
+    if sign == "-":
+        value = -value
+    if not -(2**63) <= value <= INT64_MAX:
+        return None
+    return (value + 2**31) % 2**32 - 2**31
 
 
 def to_decimal(nanos: int) -> Decimal:

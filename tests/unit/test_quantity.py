@@ -232,3 +232,15 @@ def test_any_scalar_is_a_quantity_or_a_quantity_error(value):
     except QuantityError:
         return
     assert -SATURATED_NANOS <= nanos <= SATURATED_NANOS
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    whole=st.text("0123456789", min_size=0, max_size=150),
+    frac=st.text("0123456789", min_size=0, max_size=150),
+    exponent=st.integers(-160, 40),
+)
+def test_long_digit_strings_round_like_the_exact_reference(whole, frac, exponent):
+    # Beyond 80 significant digits the parser keeps the first ones and rounds up past the rest.
+    text = f"{whole}.{frac}e{exponent}"
+    assert quantity.parse_nanos(text) == _reference_nanos("", whole, frac, f"e{exponent}")
