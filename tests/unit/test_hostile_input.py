@@ -9,6 +9,7 @@ their numbers; properties (hypothesis) show that no mutated object makes the rea
 from __future__ import annotations
 
 import copy
+import functools
 import json
 from pathlib import Path
 
@@ -422,3 +423,49 @@ def test_cli_main_turns_every_reader_error_into_exit_2(tmp_path, capsys):
         ["explain", "alice", "--pod", str(bad), "--kubeconfig", "/nonexistent"], capsys
     )
     assert status == 2 and "pod.yaml: " in err and err.count("\n") == 1
+
+
+# --------------------------------------------------------------------------------------------------
+# the fast reader of big dumps (rapidyaml) reads what PyYAML reads, or steps aside
+
+
+@functools.lru_cache(maxsize=1)
+def _big_text() -> str:
+    objects = [node(f"n{i}") for i in range(100)] + [
+        running(f"p{i}", f"n{i % 100}", claims=[f"claim-{i}"], requests={"cpu": "250m"})
+        for i in range(3000)
+    ]
+    dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+    return yaml.dump({"kind": "List", "items": objects}, Dumper=dumper, sort_keys=False)
+
+
+def _big_dump(*extra_lines: str) -> str:
+    return _big_text() + "".join(extra_lines)
+
+
+def test_a_big_dump_reads_the_same_through_rapidyaml_and_pyyaml():
+    pytest.importorskip("ryml", reason="the test extra installs rapidyaml")
+    text = _big_dump()
+    assert len(text) > state.FAST_YAML_BYTES
+    fast = state._fast_documents(text)
+    assert fast is not None
+    assert fast == list(yaml.load_all(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)))
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "extra: yes\n",
+        "extra: 010\n",
+        "extra: ~\n",
+        "extra: 1e3\n",
+        "extra: 2026-01-01\n",
+        "extra: &a [1]\nmore: *a\n",
+        "extra: !!str 1\n",
+        "extra: 1_000\n",
+        "extra: .inf\n",
+    ],
+)
+def test_the_fast_reader_steps_aside_where_yaml_1_1_reads_differently(line):
+    pytest.importorskip("ryml", reason="the test extra installs rapidyaml")
+    assert state._fast_documents(_big_dump(line)) is None
