@@ -499,8 +499,9 @@ def main() -> int:
         name, seconds, peak_mb = figures[0]
     print(
         f"hostile inputs: worst={worst_ms:.2f} ms ({worst_label}) in the hub's pure core over "
-        f"{len(results)} hostile values; readers worst={reader_worst[0]:.0f} ms ({reader_worst[1]}); "
-        f"{args.pods}-pod dump ({size / 1e6:.0f} MB, {name}): {seconds:.1f} s, {peak_mb:.0f} MB peak"
+        f"{len(results)} hostile values; readers worst={reader_worst[0]:.0f} ms "
+        f"({reader_worst[1]}); {args.pods}-pod dump ({size / 1e6:.0f} MB, {name}): "
+        f"{seconds:.1f} s, {peak_mb:.0f} MB peak"
     )
     return 0
 
