@@ -348,8 +348,10 @@ class ColocatingKubeSpawner(KubeSpawner):
         help="""
         The most seconds the pre-spawn check may wait on the Kubernetes API.  Past it the spawn
         proceeds on the safe side: the co-location affinity is still emitted (pinned to a
-        holder's node when one is known from the pod reflector), and the hub log says why.
-        Default: 5.
+        holder's node when one is known from the pod reflector), the hub log says why and
+        ``nebari_colocate_safe_side_total`` counts it.  Default: 5.  At least 0.25 (the check
+        makes up to four rounds of API requests) and shorter than ``start_timeout``; other
+        values are refused at hub start.
         """,
     )
 
