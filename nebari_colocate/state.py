@@ -281,7 +281,10 @@ def _fast_documents(text: str) -> list | None:
         return None
     try:
         with _quiet_stderr():  # rapidyaml reports its errors on file descriptor 2 as well
-            tree = ryml.parse_in_arena(text.encode())
+            # Parsed in place (no copy into an arena); the tree and the buffer are dropped
+            # before the JSON becomes Python objects, which keeps the peak memory down.
+            buffer = bytearray(text, "utf-8")
+            tree = ryml.parse_in_place(buffer)
             root = tree.root_id()
             ids = [root]
             if tree.is_stream(root):
@@ -289,7 +292,9 @@ def _fast_documents(text: str) -> list | None:
                 while child != ryml.NONE:
                     ids.append(child)
                     child = tree.next_sibling(child)
-            return [json.loads(ryml.emit_json_malloc(tree, i)) for i in ids]
+            emitted = [ryml.emit_json_malloc(tree, i) for i in ids]
+        del tree, buffer
+        return [json.loads(emitted.pop(0)) for _ in range(len(emitted))]
     except Exception:  # a parse or depth error: PyYAML reads it again and names the problem
         return None
 
