@@ -96,9 +96,9 @@ def check_premium_resources(names) -> list:
 MIN_CHECK_TIMEOUT = 0.25
 
 
-def check_timeout(value, start_timeout=None) -> float:
+def check_timeout(value) -> float:
     """A colocation_check_timeout that can work: a finite number of seconds, at least
-    :data:`MIN_CHECK_TIMEOUT`, and shorter than ``start_timeout`` when that is given."""
+    :data:`MIN_CHECK_TIMEOUT`."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
         raise TraitError(f"colocation_check_timeout {value!r} must be a number of seconds")
     if not MIN_CHECK_TIMEOUT <= value < float("inf"):
@@ -108,13 +108,6 @@ def check_timeout(value, start_timeout=None) -> float:
             "requests (the pods and claims, the volume attachments, the node and volumes, the "
             "node's pods); with less time than that even a healthy API server cannot answer, and "
             "every spawn would take the safe side. Default: 5"
-        )
-    if start_timeout and value >= start_timeout:
-        raise TraitError(
-            f"colocation_check_timeout {value!r} cannot work with start_timeout "
-            f"{start_timeout!r}: the check runs inside the start, so JupyterHub would give up "
-            "on the spawn before the check does; make colocation_check_timeout shorter than "
-            "start_timeout"
         )
     return value
 
@@ -162,7 +155,7 @@ def check_config(config, class_names=("Spawner", "KubeSpawner", "ColocatingKubeS
     )
     check_label_key(merged.get("colocation_label_key", "nebari.dev/colocate-user"))
     check_premium_resources(merged.get("premium_resources", []))
-    check_timeout(merged.get("colocation_check_timeout", 5.0), merged.get("start_timeout", 60))
+    check_timeout(merged.get("colocation_check_timeout", 5.0))
     check_mode_conflicts(mode, merged.get("storage_class"), merged.get("storage_access_modes"))
 
 
@@ -350,8 +343,8 @@ class ColocatingKubeSpawner(KubeSpawner):
         proceeds on the safe side: the co-location affinity is still emitted (pinned to a
         holder's node when one is known from the pod reflector), the hub log says why and
         ``nebari_colocate_safe_side_total`` counts it.  Default: 5.  At least 0.25 (the check
-        makes up to four rounds of API requests) and shorter than ``start_timeout``; other
-        values are refused at hub start.
+        makes up to four rounds of API requests); less is refused at hub start.  Keep it
+        well below ``start_timeout``: the check runs inside the start.
         """,
     )
 
@@ -432,7 +425,6 @@ class ColocatingKubeSpawner(KubeSpawner):
             else None
         )
         check_mode_conflicts(self.storage_access_mode, self.storage_class, explicit)
-        check_timeout(self.colocation_check_timeout, self.start_timeout)
 
     def _warn_jupyterhub5_failure_limit(self) -> None:
         cls = ColocatingKubeSpawner

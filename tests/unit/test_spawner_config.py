@@ -128,12 +128,6 @@ async def test_storage_access_mode_is_caseless_and_drives_new_pvcs():
             TraitError,
             ["colocation_check_timeout inf", "finite"],
         ),
-        (
-            "timeout-beyond-start-timeout",
-            {"colocation_check_timeout": 30, "start_timeout": 20},
-            TraitError,
-            ["colocation_check_timeout 30", "start_timeout 20", "shorter than start_timeout"],
-        ),
     ],
 )
 async def test_bad_configuration_fails_with_a_message_naming_setting_value_and_choices(
@@ -189,11 +183,6 @@ async def test_bad_configuration_fails_with_a_message_naming_setting_value_and_c
             "check-timeout-too-short",
             {"ColocatingKubeSpawner": {"colocation_check_timeout": 0.001}},
             "at least 0.25 seconds",
-        ),
-        (
-            "check-timeout-beyond-start-timeout",
-            {"Spawner": {"start_timeout": 3}, "ColocatingKubeSpawner": {}},
-            "shorter than start_timeout",
         ),
     ],
 )
