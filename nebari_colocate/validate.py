@@ -31,6 +31,11 @@ def _shown(value: object) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
+def _key(key: str) -> str:
+    """A mapping key in a field path: as it is when plain, quoted otherwise."""
+    return key if key and all(c.isalnum() or c in "._/-" for c in key) else repr(key)
+
+
 def _type_name(value: object) -> str:
     return {dict: "a mapping", list: "a list", str: "a string", bool: "a boolean"}.get(
         type(value), "a number" if isinstance(value, (int, float)) else type(value).__name__
@@ -45,7 +50,9 @@ class _Checker:
 
     def fail(self, path: str, problem: str):
         where = f"{path}: " if path else ""
-        raise InvalidObject(f"{self.label}: {where}{problem}")
+        # One line, whatever the keys hold (a key may be any string, newlines included).
+        text = f"{self.label}: {where}{problem}"
+        raise InvalidObject("".join(c if c.isprintable() else repr(c)[1:-1] for c in text))
 
     def mapping(self, value: object, path: str, *, required: bool = False) -> Mapping:
         if value is None:
@@ -84,7 +91,8 @@ class _Checker:
                 self.fail(path, f"key {_shown(key)} must be a string")
             if not isinstance(item, str):
                 self.fail(
-                    f"{path}.{key}", f"must be a string, not {_type_name(item)} {_shown(item)}"
+                    f"{path}.{_key(key)}",
+                    f"must be a string, not {_type_name(item)} {_shown(item)}",
                 )
 
     def choice(self, value: object, path: str, choices: Iterable[str]) -> None:
@@ -102,7 +110,7 @@ class _Checker:
                 self.fail(path, f"resource name {_shown(name)} must be a non-empty string")
             problem = quantity.problem(name, amount)
             if problem:
-                self.fail(f"{path}.{name}", problem)
+                self.fail(f"{path}.{_key(name)}", problem)
             found[name] = quantity.parse_nanos(amount)
         return found
 
