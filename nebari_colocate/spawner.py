@@ -750,6 +750,10 @@ class ColocatingKubeSpawner(KubeSpawner):
 
     async def _start_failing_fast(self):
         self._event_verdict = None
+        # The decision belongs to one spawn: a previous spawn's, with the events of the previous
+        # pod of this name (KubeSpawner's ``events`` shows them all until ``_start`` sets its
+        # marker), would end the new spawn at once with a stale verdict, before its own check.
+        self._colocation_decision = None
         start_future = super().start()
         if not (self.fail_fast_on_events and self.events_enabled):
             return await start_future
