@@ -152,7 +152,7 @@ _KARPENTER_CAUSES: tuple[tuple[str, str], ...] = (
     ("unsatisfiable topology constraint for topology spread", KARPENTER_SPREAD),
     ("exceed limits for nodepool", KARPENTER_LIMITS),
     ("node limits have been exhausted", KARPENTER_LIMITS),
-    ("no instance type met", KARPENTER_NO_INSTANCE_TYPE),
+    ("no instance type", KARPENTER_NO_INSTANCE_TYPE),
     ("incompatible requirements", KARPENTER_REQUIREMENTS),
     ("did not tolerate taint", KARPENTER_TAINT),
 )

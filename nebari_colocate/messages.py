@@ -258,12 +258,11 @@ _KARPENTER_MISMATCH = frozenset({"requirements", "taint"})
 
 
 def _requests_words(requests: Mapping[str, str]) -> str:
-    parts = []
-    for resource in ("nvidia.com/gpu", "amd.com/gpu", "cpu", "memory"):
-        value = requests.get(resource)
-        if value:
-            parts.append(f"{value} {_RESOURCE_WORDS.get(resource, resource)}")
-    return f" ({', '.join(parts)})" if parts else ""
+    # Only the GPUs: Karpenter quotes memory in bytes and adds its own pod count.
+    gpus = [requests[r] for r in ("nvidia.com/gpu", "amd.com/gpu") if requests.get(r)]
+    if not gpus:
+        return ""
+    return f" ({' and '.join(gpus)} GPU{'s' if gpus != ['1'] else ''})"
 
 
 def karpenter_refusal_text(causes, requests: Mapping[str, str] | None = None) -> str:
