@@ -1,9 +1,9 @@
 """Shared fixtures. Cluster tests run against a real control plane built from tests/kube/.
 
 - ``kube_bin_dir`` (session): runs tests/kube/build.sh (idempotent, quick once built), returns the
-  directory holding ``etcd`` and ``kube``.
+  directory holding ``etcd``, ``kube`` and ``kwok``.
 - ``control_plane`` (session): a started ``ControlPlane`` (etcd, kube-apiserver, kube-scheduler,
-  kubelet stub), stopped at the end of the session.
+  kube-controller-manager, kwok and the volume gate), stopped at the end of the session.
 - ``kube`` (function, async): a ``Kube`` with an admin ApiClient, a fresh namespace, and factories
   that record what they create so teardown deletes it (and checks the claim invariant).
 - ``autoscaler`` (session): Karpenter with its NodePools, on a control plane of its own
@@ -58,7 +58,7 @@ def pytest_runtest_makereport(item, call):
             report.sections.append((f"karpenter log ({karpenter.log})", tail(karpenter.log, 40)))
         if isinstance(control_plane, ControlPlane):
             for name, path in control_plane.logs.items():
-                lines = 40 if name in ("scheduler", "kubelet-stub") else 15
+                lines = 40 if name in ("scheduler", "controller-manager", "volume-gate") else 15
                 report.sections.append((f"{name} log ({path})", tail(path, lines)))
     return report
 
@@ -84,7 +84,7 @@ def kube_bin_dir() -> Path:
             pytrace=False,
         )
     bin_dir = Path(lines[-1])
-    for binary in ("etcd", "kube"):
+    for binary in ("etcd", "kube", "kwok"):
         if not os.access(bin_dir / binary, os.X_OK):
             pytest.fail(f"{BUILD_SCRIPT} did not produce {bin_dir / binary}", pytrace=False)
     return bin_dir
@@ -94,7 +94,7 @@ def kube_bin_dir() -> Path:
 def control_plane(kube_bin_dir):
     """A running control plane for the whole session (logs kept if NEBARI_COLOCATE_KEEP_LOGS)."""
     keep = bool(os.environ.get("NEBARI_COLOCATE_KEEP_LOGS"))
-    cp = ControlPlane(kube_bin_dir, kubelet_stub=True, keep_logs=keep)
+    cp = ControlPlane(kube_bin_dir, keep_logs=keep)
     try:
         cp.start()
     except Exception as e:
@@ -123,7 +123,9 @@ class Kube:
         self.check_split_claims = True
 
     async def create_node(self, name: str, **kwargs) -> dict:
+        """``helpers.create_node``, waiting until kwok reports the Node Ready."""
         self.nodes.append(name)
+        kwargs.setdefault("wait_ready", 30)
         return await helpers.create_node(self.api_client, name, **kwargs)
 
     async def cordon(self, name: str) -> dict:
@@ -135,6 +137,19 @@ class Kube:
         return await helpers.create_bound_claim(
             self.api_client, self.namespace, name, access_modes, **kwargs
         )
+
+    async def create_claim(
+        self, name: str, access_modes=("ReadWriteOnce",), **kwargs
+    ) -> tuple[dict, dict]:
+        return await helpers.create_claim(
+            self.api_client, self.namespace, name, access_modes, **kwargs
+        )
+
+    async def wait_for_claim_bound(self, name: str, timeout: float = 30) -> dict:
+        return await helpers.wait_for_claim_bound(self.api_client, self.namespace, name, timeout)
+
+    async def volume_attachments(self, pv_name: str) -> list[dict]:
+        return await helpers.list_volume_attachments(self.api_client, pv_name)
 
     async def create_volume_attachment(self, pv_name: str, node_name: str, attached=True):
         return await helpers.create_volume_attachment(self.api_client, pv_name, node_name, attached)
