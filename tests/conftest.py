@@ -221,7 +221,7 @@ def autoscaler(kube_bin_dir):
     other cluster tests leave unschedulable on purpose. ``autoscaler.control_plane`` is that
     control plane; tests use it through ``karpenter_kube`` (tests/cluster/test_karpenter*.py)."""
     keep = bool(os.environ.get("NEBARI_COLOCATE_KEEP_LOGS"))
-    cp = ControlPlane(kube_bin_dir, kubelet_stub=True, keep_logs=keep)
+    cp = ControlPlane(kube_bin_dir, keep_logs=keep)
     karpenter = Autoscaler(kube_bin_dir, cp)
     try:
         cp.start()

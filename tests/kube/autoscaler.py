@@ -51,6 +51,7 @@ from pathlib import Path
 import yaml
 
 from .controlplane import HOST, ControlPlane, _Component, free_port
+from .helpers import CONTROLLER_MANAGED_ATTACH
 
 INSTANCE_TYPES = Path(__file__).parent / "karpenter" / "instance-types.json"
 KARPENTER_GROUP = "karpenter.sh"
@@ -71,7 +72,13 @@ def nodepool(
     """A NodePool of the kwok provider's instance family ``family``."""
     spec: dict = {
         "template": {
-            "metadata": {"labels": {"colocate.test/pool": name}},
+            "metadata": {
+                "labels": {"colocate.test/pool": name},
+                # The kwok provider copies NodeClaim annotations onto the Node it creates. A
+                # kubelet sets this one at registration; without it the attach/detach controller
+                # leaves the Node's volumes alone and no pod with a volume starts there.
+                "annotations": {CONTROLLER_MANAGED_ATTACH: "true"},
+            },
             "spec": {
                 "nodeClassRef": {"group": KWOK_GROUP, "kind": "KWOKNodeClass", "name": "default"},
                 "requirements": [
