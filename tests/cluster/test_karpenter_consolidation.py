@@ -125,6 +125,7 @@ async def test_consolidation_evicts_a_server_without_do_not_disrupt_and_it_is_go
     await start_running(spawners, lab, "gpu")
     app = spawners.make("alice", "app", start_timeout=START_TIMEOUT, **stock, **EVERYWHERE, **APP)
     await spawners.start(app)
+    gpu_name = (await node_of(kube, app.pod_name))["metadata"]["name"]
 
     await lab.stop(now=True)
 
@@ -134,7 +135,13 @@ async def test_consolidation_evicts_a_server_without_do_not_disrupt_and_it_is_go
             return None
         return [ev for ev in await pod_events(kube, app.pod_name) if ev.get("reason") == "Evicted"]
 
-    events = await wait_for(evicted, CONSOLIDATION_TIMEOUT, f"{app.pod_name} to be evicted", 0.5)
+    try:
+        events = await wait_for(
+            evicted, CONSOLIDATION_TIMEOUT, f"{app.pod_name} to be evicted", 0.5
+        )
+    except AssertionError as e:
+        said = [(ev.get("reason"), ev.get("message")) for ev in await node_events(kube, gpu_name)]
+        raise AssertionError(f"{e}; Karpenter said about {gpu_name}: {said}") from None
     print(f"karpenter evicted the app: {events[-1].get('message')}")
     # Nothing recreates it: KubeSpawner's pods have no controller. The hub still thinks it runs
     # until its next poll, which then finds the server gone.

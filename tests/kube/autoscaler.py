@@ -18,8 +18,9 @@ What the fixture sets up, and why:
 - the CRDs of the same module version (``bin/karpenter-crds``, copied by build.sh): NodePool,
   NodeClaim, NodeOverlay, CapacityBuffer and KWOKNodeClass. Karpenter v1.15 has no webhooks;
   validation is CEL in the CRDs;
-- one ``KWOKNodeClass`` and two NodePools: ``cpu`` (instance family ``cpu``) and ``gpu`` (family
-  ``gpu``, tainted ``nvidia.com/gpu=true:NoSchedule`` as GPU node pools usually are), with the
+- one ``KWOKNodeClass`` and two NodePools: ``cpu`` (instance family ``cpu``, weight 10: tried
+  first) and ``gpu`` (family ``gpu``, tainted ``nvidia.com/gpu=true:NoSchedule`` as GPU node
+  pools usually are), with the
   instance types of ``karpenter/instance-types.json`` (prices make the smallest fitting type win);
 - consolidation ``WhenEmptyOrUnderutilized`` after 0 s, so a test sees it within about 30 s
   (Karpenter polls every 10 s and re-validates a decision 15 s later before acting);
@@ -68,6 +69,7 @@ def nodepool(
     taints: list[dict] | tuple = (),
     limits: dict | None = None,
     consolidate_after: str = "0s",
+    weight: int | None = None,
 ) -> dict:
     """A NodePool of the kwok provider's instance family ``family``."""
     spec: dict = {
@@ -105,6 +107,8 @@ def nodepool(
         spec["template"]["spec"]["taints"] = list(taints)
     if limits:
         spec["limits"] = limits
+    if weight is not None:
+        spec["weight"] = weight
     return {
         "apiVersion": f"{KARPENTER_GROUP}/v1",
         "kind": "NodePool",
@@ -113,8 +117,11 @@ def nodepool(
     }
 
 
+# Karpenter tries NodePools by weight, then by name *descending*: without a weight "gpu" comes
+# before "cpu", and a pod that tolerates the GPU taint (a CPU app that followed a lab onto a GPU
+# node) would be given a GPU machine again, also when consolidation looks for a cheaper one.
 DEFAULT_NODEPOOLS = (
-    nodepool("cpu", "cpu", limits={"cpu": "64"}),
+    nodepool("cpu", "cpu", limits={"cpu": "64"}, weight=10),
     nodepool("gpu", "gpu", taints=[GPU_TAINT], limits={"nvidia.com/gpu": "8"}),
 )
 
