@@ -4,6 +4,9 @@
   directory holding ``etcd``, ``kube`` and ``kwok``.
 - ``control_plane`` (session): a started ``ControlPlane`` (etcd, kube-apiserver, kube-scheduler,
   kube-controller-manager, kwok and the volume gate), stopped at the end of the session.
+- ``frozen_control_plane`` (session, started on first use): a second one whose cluster state stays
+  as a test writes it: no kwok (a bound pod keeps the phase the test sets) and no attach/detach
+  controller (the only VolumeAttachments are the test's own); the PV controller binds claims.
 - ``kube`` (function, async): a ``Kube`` with an admin ApiClient, a fresh namespace, and factories
   that record what they create so teardown deletes it (and checks the claim invariant).
 - ``autoscaler`` (session): Karpenter with its NodePools, on a control plane of its own
@@ -31,12 +34,20 @@ if str(TESTS_DIR) not in sys.path:
 
 from kube import helpers  # noqa: E402
 from kube.autoscaler import Autoscaler, clear_nodes  # noqa: E402
-from kube.controlplane import ControlPlane, tail  # noqa: E402
+from kube.controlplane import CONTROLLERS, ControlPlane, tail  # noqa: E402
 
 BUILD_SCRIPT = TESTS_DIR / "kube" / "build.sh"
 CLUSTER_FIXTURES = frozenset(
-    {"kube_bin_dir", "control_plane", "kube", "autoscaler", "karpenter_kube"}
+    {
+        "kube_bin_dir",
+        "control_plane",
+        "frozen_control_plane",
+        "kube",
+        "autoscaler",
+        "karpenter_kube",
+    }
 )
+FROZEN_STATE_CONTROLLERS = tuple(c for c in CONTROLLERS if c != "attachdetach")
 
 
 def pytest_collection_modifyitems(config, items):
@@ -51,7 +62,7 @@ def pytest_runtest_makereport(item, call):
     report = yield
     if report.failed and call.when in ("setup", "call", "teardown"):
         funcargs = getattr(item, "funcargs", {})
-        control_plane = funcargs.get("control_plane")
+        control_plane = funcargs.get("control_plane") or funcargs.get("frozen_control_plane")
         karpenter = funcargs.get("autoscaler")
         if isinstance(karpenter, Autoscaler):
             control_plane = karpenter.control_plane
@@ -90,11 +101,10 @@ def kube_bin_dir() -> Path:
     return bin_dir
 
 
-@pytest.fixture(scope="session")
-def control_plane(kube_bin_dir):
-    """A running control plane for the whole session (logs kept if NEBARI_COLOCATE_KEEP_LOGS)."""
+def _started(kube_bin_dir, **kwargs):
+    """Start a ControlPlane, yield it, stop it; a start that fails fails the test."""
     keep = bool(os.environ.get("NEBARI_COLOCATE_KEEP_LOGS"))
-    cp = ControlPlane(kube_bin_dir, keep_logs=keep)
+    cp = ControlPlane(kube_bin_dir, keep_logs=keep, **kwargs)
     try:
         cp.start()
     except Exception as e:
@@ -103,6 +113,18 @@ def control_plane(kube_bin_dir):
     cp.stop()
     if keep:
         print(f"\ncontrol plane logs kept in {cp.dir}")
+
+
+@pytest.fixture(scope="session")
+def control_plane(kube_bin_dir):
+    """A running control plane for the whole session (logs kept if NEBARI_COLOCATE_KEEP_LOGS)."""
+    yield from _started(kube_bin_dir)
+
+
+@pytest.fixture(scope="session")
+def frozen_control_plane(kube_bin_dir):
+    """A control plane whose state changes only by the test's hand (see the module docstring)."""
+    yield from _started(kube_bin_dir, kwok=False, controllers=FROZEN_STATE_CONTROLLERS)
 
 
 class Kube:
