@@ -30,6 +30,8 @@ from kubespawner import KubeSpawner
 from nebari_colocate.events import KARPENTER_FAILED, classify
 from nebari_colocate.spawner import ColocationRefused
 
+from .test_spawner_cluster import metric
+
 GPU_TOLERATION = {"key": GPU_TAINT["key"], "operator": "Exists", "effect": "NoSchedule"}
 GPU_PROFILE = {"tolerations": [GPU_TOLERATION], "extra_resource_limits": {"nvidia.com/gpu": "1"}}
 # Karpenter must launch a node before the pod runs: more than the 30 s of the base config.
@@ -151,9 +153,39 @@ async def test_an_unpinned_pod_no_nodepool_can_serve_ends_on_karpenters_event(ku
     assert verdict.reason == "no-scale-up"
     assert verdict.raw.startswith(KARPENTER_FAILED)
     assert verdict.causes == ("no-instance-type",)
-    assert "8 GPU" in refused.value.jupyterhub_message
+    assert "(8 GPUs)" in refused.value.jupyterhub_message
+    assert metric("nebari_colocate_event_verdicts_total", reason="no-scale-up") >= 1
     assert not await nodeclaims(kube.api_client)
     print(f"no pool can serve: verdict {elapsed:.2f}s after the spawn request")
+
+
+async def test_karpenters_nomination_keeps_the_spawn_waiting_until_its_node_runs_the_pod(
+    kube, spawners
+):
+    await kube.create_bound_claim("claim-alice")
+    # A grace shorter than Karpenter takes to bring a node: only the nomination keeps it waiting.
+    lab = spawners.make("alice", start_timeout=START_TIMEOUT, unschedulable_grace_seconds=2)
+    start = asyncio.ensure_future(spawners.start(lab))
+    seen: list[str] = []
+    nominated = None
+    while not start.done():
+        await asyncio.sleep(0.1)
+        if lab._colocation_decision is None:
+            continue
+        verdict = lab.classify_events()
+        seen.append(verdict.user_message)
+        if verdict.raw.startswith("Pod should schedule on: nodeclaim/"):
+            nominated = verdict
+    await start
+    assert nominated is not None, seen
+    assert nominated.action == "wait"
+    assert "autoscaler is adding one" in nominated.user_message
+    node = await node_of(kube, lab.pod_name)
+    claim = nominated.raw.removeprefix("Pod should schedule on: nodeclaim/").split(",")[0]
+    # The nomination names the NodeClaim; the pod runs on the Node Karpenter made for it, whose
+    # name differs and whose hostname label is the NodeClaim's name.
+    assert node["metadata"]["labels"]["kubernetes.io/hostname"] == claim
+    assert node["metadata"]["name"] != claim
 
 
 # --- capacity cap -----------------------------------------------------------------------------
