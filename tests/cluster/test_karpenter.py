@@ -27,7 +27,7 @@ from kube.autoscaler import (
 from kube.spawning import legacy_affinity
 from kubespawner import KubeSpawner
 
-from nebari_colocate.events import KARPENTER_FAILED, classify
+from nebari_colocate.events import KARPENTER_FAILED, KARPENTER_SKIPS_PINNED, classify
 from nebari_colocate.spawner import ColocationRefused
 
 from .test_spawner_cluster import metric
@@ -186,6 +186,30 @@ async def test_karpenters_nomination_keeps_the_spawn_waiting_until_its_node_runs
     # name differs and whose hostname label is the NodeClaim's name.
     assert node["metadata"]["labels"]["kubernetes.io/hostname"] == claim
     assert node["metadata"]["name"] != claim
+
+
+async def test_karpenter_skipping_a_pinned_pod_is_no_verdict_the_scheduler_decides(kube, spawners):
+    await kube.create_bound_claim("claim-alice")
+    lab = spawners.make("alice", start_timeout=START_TIMEOUT)
+    node = await start_running(spawners, lab, "cpu")
+
+    async def cordon_after_the_decision(spawner, pod):
+        # After the decision (fits on the lab's node), before the pod exists: an operator
+        # cordons the node. The pod is pinned there by matchFields, which Karpenter ignores.
+        await kube.cordon(node["metadata"]["name"])
+        return pod
+
+    app = spawners.make(
+        "alice", "app", start_timeout=START_TIMEOUT, modify_pod_hook=cordon_after_the_decision
+    )
+    with pytest.raises(ColocationRefused) as refused:
+        await spawners.start(app)
+    verdict = refused.value.event_verdict
+    assert verdict.reason == "unschedulable-pinned", verdict
+    assert "node pool" not in verdict.user_message
+    skipped = await karpenter_failure(kube, app.pod_name)
+    print(f"karpenter, pinned pod: {skipped}")
+    assert skipped == f"{KARPENTER_FAILED}{KARPENTER_SKIPS_PINNED}"
 
 
 # --- capacity cap -----------------------------------------------------------------------------
