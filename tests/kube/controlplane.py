@@ -69,6 +69,7 @@ CONTROLLERS = (
     "namespace",
     "garbagecollector",
 )
+PV_RESYNC = "1s"
 KWOK_STAGES = Path(__file__).with_name("kwok-stages.yaml")
 VOLUME_GATE = Path(__file__).with_name("volume_gate.py")
 # The hostIP of every pod (kwok's --node-ip, and the InternalIP of helpers.create_node's Nodes).
@@ -331,8 +332,13 @@ def _port_in_use(log_path: Path) -> bool:
 
 def pod_cidr() -> str:
     """A /16 of 127.0.0.0/8 for this control plane's pod IPs, away from 127.0.0.x (where the hub,
-    the proxy and every server listen) and, by chance, from other control planes running now."""
-    return f"127.{secrets.randbelow(200) + 50}.0.0/16"
+    the proxy and every server listen), from the service range and, by chance, from other
+    control planes running now."""
+    service = ipaddress.ip_network(SERVICE_CLUSTER_IP_RANGE)
+    while True:
+        cidr = ipaddress.ip_network(f"127.{secrets.randbelow(200) + 50}.0.0/16")
+        if not cidr.overlaps(service):
+            return str(cidr)
 
 
 class ControlPlane:
@@ -398,6 +404,11 @@ class ControlPlane:
         self._atexit_registered = False
 
     # -- public ---------------------------------------------------------------------------------
+
+    @property
+    def kubelet_stub(self) -> bool:
+        """The former name of ``kwok``."""
+        return self.kwok
 
     @property
     def logs(self) -> dict[str, str]:
@@ -688,6 +699,10 @@ class ControlPlane:
                     "--authentication-skip-lookup=true",
                     f"--client-ca-file={self.ca_file}",
                     f"--controllers={','.join(self.controllers)}",
+                    # The PV controller matches a new claim against its cache of PVs; a PV created a
+                    # moment before may not be in it yet, and the claim then waits for the next
+                    # resync (15 s by default).
+                    f"--pvclaimbinder-sync-period={PV_RESYNC}",
                     "--leader-elect=false",
                     "--use-service-account-credentials=false",
                     f"--bind-address={HOST}",
