@@ -204,22 +204,23 @@ def _advice(
             "is gone before it can be used elsewhere."
         )
     if not holders and decision.holder_pods and decision.pinned_by == "holders":
+        # Only pods that are not servers hold it: nothing on the hub stops them.
         if own_pods:
             stop = "wait for your other pods using it to finish (or delete them)"
         else:
             stop = "wait until the other pods using it have finished (ask your administrator)"
     else:
-        stop = f"stop {_join(holders)}" if holders else "stop the servers using it"
+        stop = f"stop {_join(holders)} first" if holders else "stop the servers using it first"
     if decision.pinned_by == "attachment" and not holders:
         return "The volume is still being released from its last node: try again in a minute."
     if "claim-in-use" in decision.reasons:
         # ReadWriteOncePod: no node and no profile helps; only the other server stopping does.
-        return f"To start it, {stop} first."
+        return f"To start it, {stop}."
     if not has_profiles:  # no profile to choose on this hub: do not suggest one
-        return f"To start it, {stop} first."
+        return f"To start it, {stop}."
     if "premium-node" in decision.reasons and len(decision.reasons) == 1:
-        return f"To start it, {stop} first, or choose a profile with a GPU."
-    return f"To start it, {stop} first, or choose a profile that fits on node {decision.node}."
+        return f"To start it, {stop}, or choose a profile with a GPU."
+    return f"To start it, {stop}, or choose a profile that fits on node {decision.node}."
 
 
 def user_message(
