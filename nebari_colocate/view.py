@@ -110,6 +110,7 @@ _META_KEPT = (
     "deletionTimestamp",
     "ownerReferences",
     "creationTimestamp",
+    "resourceVersion",
 )
 
 
