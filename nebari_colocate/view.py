@@ -1,5 +1,5 @@
 """The live view of the cluster: the only module that talks to the Kubernetes API for the check,
-``explain`` and ``audit`` (see ``docs/decisions.md``, "What the check reads").
+``explain`` and ``audit`` (see ``docs/decisions.md``, "What it reads").
 
 Two readers with one interface, ``await reader.state_for(pod)`` -> :class:`ClusterState`:
 
@@ -26,6 +26,7 @@ import contextlib
 import json
 import logging
 import random
+import sys
 import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import ClassVar
@@ -82,6 +83,27 @@ async def read_json(call, *args, **kwargs) -> dict:
 # what the view keeps of a pod
 
 
+class Shared:
+    """Keeps one copy of equal sub-objects of pods (a profile's containers and tolerations, a
+    user's volumes): thousands of pods of a few profiles then cost little memory.  The objects
+    are never changed after they are stored (the view and ClusterState only read them)."""
+
+    def __init__(self, limit: int = 20000):
+        self._limit = limit
+        self._cache: dict[str, object] = {}
+
+    def __call__(self, value):
+        if not value:
+            return value
+        key = json.dumps(value, sort_keys=True, separators=(",", ":"))
+        found = self._cache.get(key)
+        if found is None:
+            if len(self._cache) >= self._limit:
+                self._cache.clear()
+            found = self._cache[key] = value
+        return found
+
+
 def _slim_container(container: Mapping) -> dict:
     kept = {"name": container.get("name")}
     for key in ("resources", "restartPolicy"):
@@ -90,50 +112,57 @@ def _slim_container(container: Mapping) -> dict:
     return kept
 
 
+#: spec fields a decision reads, and whether equal values are kept once (``Shared``)
 _SPEC_KEPT = (
-    "nodeName",
-    "nodeSelector",
-    "tolerations",
-    "affinity",
-    "overhead",
-    "resources",
-    "runtimeClassName",
-    "priority",
-    "schedulerName",
+    ("nodeName", False),
+    ("nodeSelector", True),
+    ("tolerations", True),
+    ("affinity", True),
+    ("overhead", True),
+    ("resources", True),
+    ("runtimeClassName", False),
+    ("priority", False),
+    ("schedulerName", False),
 )
 _META_KEPT = (
-    "name",
-    "namespace",
-    "uid",
-    "labels",
-    "annotations",
-    "deletionTimestamp",
-    "ownerReferences",
-    "creationTimestamp",
-    "resourceVersion",
+    ("name", False),
+    ("namespace", False),
+    ("labels", True),
+    ("annotations", True),
+    ("deletionTimestamp", False),
+    ("resourceVersion", False),
 )
 
 
-def slim_pod(pod: Mapping) -> dict:
+def _no_share(value):
+    return value
+
+
+def slim_pod(pod: Mapping, share: Callable = _no_share) -> dict:
     """The fields of a pod a decision, a message or a report reads: who owns it, where it is
-    bound, its claims, what it requests and how it selects nodes, and its phase.  (pure)"""
+    bound, its claims, what it requests and how it selects nodes, and its phase.  (pure)
+
+    ``share`` (a :class:`Shared`) keeps equal sub-objects once across pods.
+    """
     meta = pod.get("metadata") or {}
     spec = pod.get("spec") or {}
-    slim_spec = {k: spec[k] for k in _SPEC_KEPT if k in spec}
+    slim_spec = {k: (share(spec[k]) if s else spec[k]) for k, s in _SPEC_KEPT if k in spec}
+    if isinstance(slim_spec.get("nodeName"), str):
+        slim_spec["nodeName"] = sys.intern(slim_spec["nodeName"])
     volumes = [v for v in spec.get("volumes") or [] if "persistentVolumeClaim" in v]
     if volumes:
-        slim_spec["volumes"] = volumes
+        slim_spec["volumes"] = share(volumes)
     for key in ("containers", "initContainers"):
         if spec.get(key):
-            slim_spec[key] = [_slim_container(c) for c in spec[key]]
+            slim_spec[key] = share([_slim_container(c) for c in spec[key]])
     phase = (pod.get("status") or {}).get("phase")
-    slim = {
+    slim_meta = {k: (share(meta[k]) if s else meta[k]) for k, s in _META_KEPT if k in meta}
+    return {
         "kind": "Pod",
-        "metadata": {k: meta[k] for k in _META_KEPT if k in meta},
+        "metadata": slim_meta,
         "spec": slim_spec,
-        "status": {"phase": phase} if phase else {},
+        "status": share({"phase": phase} if phase else {}),
     }
-    return slim
 
 
 def _key(obj: Mapping) -> str:
@@ -157,6 +186,8 @@ class Collection:
     max_backoff: ClassVar[float] = 10.0
     #: after a 403, ask again this much later (RBAC may be granted while the hub runs)
     forbidden_retry_seconds: ClassVar[float] = 600.0
+    #: objects per page of a LIST
+    page_size: ClassVar[int] = 500
 
     def __init__(
         self,
@@ -215,10 +246,11 @@ class Collection:
         if old is not None and self._on_change:
             self._on_change(old, None)
 
-    def _replace_all(self, items: Iterable[Mapping]) -> None:
+    def _replace_all(self, items: Iterable[Mapping], transformed: bool = False) -> None:
         fresh = {}
         for obj in items:
-            obj = self._transform(obj) if self._transform else dict(obj)
+            if not transformed:
+                obj = self._transform(obj) if self._transform else dict(obj)
             fresh[_key(obj)] = obj
         old_items, self.items = self.items, fresh
         if self._on_change:
@@ -229,9 +261,22 @@ class Collection:
                 self._on_change(old_items.get(key), obj)
 
     async def _list(self) -> None:
-        listing = await read_json(self._method, *self._args)
-        self._replace_all(listing.get("items") or [])
-        self.resource_version = (listing.get("metadata") or {}).get("resourceVersion")
+        # Pages keep the parsed JSON of a large collection small while it is slimmed.
+        items: list[dict] = []
+        token = None
+        while True:
+            kwargs = {"limit": self.page_size}
+            if token:
+                kwargs["_continue"] = token
+            listing = await read_json(self._method, *self._args, **kwargs)
+            for obj in listing.get("items") or []:
+                items.append(self._transform(obj) if self._transform else dict(obj))
+            meta = listing.get("metadata") or {}
+            token = meta.get("continue")
+            if not token:
+                break
+        self._replace_all(items, transformed=True)
+        self.resource_version = meta.get("resourceVersion")
 
     async def _watch(self) -> None:
         """One WATCH until the server ends it (normal) or it fails (raises)."""
@@ -519,6 +564,33 @@ class DirectReader:
 # the live view
 
 
+class _Gathered:
+    """What a check reads from the view, before the snapshot is built."""
+
+    def __init__(self) -> None:
+        self.pods: dict[str, dict] = {}
+        self.pvcs: dict[str, dict] = {}
+        self.pvs: dict[str, dict] = {}
+        self.attachments: list[dict] | None = []
+        self.nodes: dict[str, dict] | None = {}
+        self.complete = True
+        #: nodes a watch does not have (just created, or deleted): ask the API
+        self.missing_nodes: list[str] = []
+        #: the pinned node whose pods of other namespaces need one field-selector LIST
+        self.node_pods_from: str | None = None
+
+    def state(self, namespace: str) -> ClusterState:
+        return ClusterState(
+            self.pods.values(),
+            self.pvcs,
+            self.pvs,
+            self.attachments,
+            self.nodes,
+            node_pods_complete=self.complete,
+            namespace=namespace,
+        )
+
+
 class ViewNotLive(Exception):
     """The view cannot be trusted now (a watch is broken or not listed yet)."""
 
@@ -563,6 +635,11 @@ class ClusterView:
         self.by_node = _Index(_node_keys)
         self.attachments_by_pv = _Index(_attachment_keys)
 
+        shared = Shared()
+
+        def slim(pod):
+            return slim_pod(pod, shared)
+
         def pods_changed(old, new):
             self.by_claim.change(old, new)
             self.by_node.change(old, new)
@@ -575,7 +652,7 @@ class ClusterView:
         self.all_pods = Collection(
             "pods (all namespaces)",
             core.list_pod_for_all_namespaces,
-            transform=slim_pod,
+            transform=slim,
             on_change=pods_changed,
             on_forbidden=self._namespace_pods_only,
         )
@@ -583,7 +660,7 @@ class ClusterView:
             f"pods ({namespace})",
             core.list_namespaced_pod,
             (namespace,),
-            transform=slim_pod,
+            transform=slim,
             on_change=pods_changed,
         )
         self.pvcs = Collection(
@@ -684,47 +761,66 @@ class ClusterView:
             wait = self.first_sync_seconds if first_sync is None else first_sync
             if not await self.wait_live(wait):
                 raise ViewNotLive("; ".join(self.problems()))
+        gathered = self._gather(pod)
+        for name in gathered.missing_nodes:
+            node = await self._confirm_node(name)
+            if node is not None:
+                gathered.nodes[name] = node  # type: ignore[index]
+        if gathered.node_pods_from is not None:
+            gathered.complete = await self._add_node_pods(gathered.node_pods_from, gathered.pods)
+        return gathered.state(self.namespace)
+
+    def state_now(self, pod: Mapping) -> ClusterState | None:
+        """The state from memory alone, without yielding to the event loop (so nothing changes
+        the view while the check reads it); None when the view is not live or the check needs an
+        API request (a node the watch does not have, the node's pods by a field-selector LIST)."""
+        if not self._started or not self.live:
+            return None
+        gathered = self._gather(pod)
+        if gathered.missing_nodes or gathered.node_pods_from is not None:
+            return None
+        return gathered.state(self.namespace)
+
+    def _gather(self, pod: Mapping) -> _Gathered:
         namespace = self.namespace
-        claims = pod_claims(pod)
-        pods: dict[str, dict] = {}
-        pvcs: dict[str, dict] = {}
-        for claim in claims:
+        gathered = _Gathered()
+        pods = gathered.pods
+        for claim in pod_claims(pod):
             for p in self.by_claim.get(f"{namespace}/{claim}"):
                 pods[_key(p)] = p
             pvc = self.pvcs.items.get(f"{namespace}/{claim}")
             if pvc is not None:
-                pvcs[f"{namespace}/{claim}"] = pvc
-        volumes = _pv_names(pvcs.values())
-        attachments = None
-        if not self.attachments.forbidden:
-            attachments = [va for v in sorted(volumes) for va in self.attachments_by_pv.get(v)]
-        pvs = {}
+                gathered.pvcs[f"{namespace}/{claim}"] = pvc
+        volumes = _pv_names(gathered.pvcs.values())
+        if self.attachments.forbidden:
+            gathered.attachments = None
+        else:
+            gathered.attachments = [
+                va for v in sorted(volumes) for va in self.attachments_by_pv.get(v)
+            ]
         if not self.pvs.forbidden:
-            pvs = {v: self.pvs.items[v] for v in volumes if v in self.pvs.items}
-        candidates = _candidate_nodes(pods.values(), attachments or [])
-        nodes: dict[str, dict] | None = None
-        complete = True
-        if not self.nodes.forbidden:
-            nodes = {}
-            for name in sorted(candidates):
-                node = self.nodes.items.get(name)
-                if node is None:
-                    node = await self._confirm_node(name)
-                if node is not None:
-                    nodes[name] = node
-                for p in self.by_node.get(name):
-                    pods[_key(p)] = p
-            if self.all_pods.forbidden and len(candidates) == 1 and nodes:
-                complete = await self._add_node_pods(next(iter(candidates)), pods)
-        return ClusterState(
-            pods.values(),
-            pvcs,
-            pvs,
-            attachments,
-            nodes,
-            node_pods_complete=complete,
-            namespace=namespace,
-        )
+            gathered.pvs = {v: self.pvs.items[v] for v in volumes if v in self.pvs.items}
+        candidates = _candidate_nodes(pods.values(), gathered.attachments or [])
+        if self.nodes.forbidden:
+            gathered.nodes = None
+            return gathered
+        for name in sorted(candidates):
+            node = self.nodes.items.get(name)
+            if node is None:
+                gathered.missing_nodes.append(name)
+            else:
+                gathered.nodes[name] = node  # type: ignore[index]
+            for p in self.by_node.get(name):
+                pods[_key(p)] = p
+        if (
+            self.all_pods.forbidden
+            and len(candidates) == 1
+            and self._node_pods_listable is not False
+        ):
+            gathered.node_pods_from = next(iter(candidates))
+        elif self.all_pods.forbidden and candidates:
+            gathered.complete = False
+        return gathered
 
     async def _confirm_node(self, name: str) -> dict | None:
         """A node the watch does not have: just created (the watch lags) or deleted.  Ask."""
