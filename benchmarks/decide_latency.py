@@ -274,6 +274,8 @@ def _rss_probe(kubeconfig: str, which: str) -> float:
     )
     if result.returncode != 0:
         raise RuntimeError(f"the {which} memory probe failed:\n{result.stderr[-3000:]}")
+    for line in result.stdout.strip().splitlines()[:-1]:
+        print(f"  {which} probe: {line}")
     return float(result.stdout.strip().splitlines()[-1])
 
 
@@ -301,8 +303,11 @@ async def rss_probe(kubeconfig: str, which: str) -> None:
     cls = ColocatingKubeSpawner if which == "colocate" else KubeSpawner
     spawners = await _checked_spawners(cls)
     spawner, manifest = spawners[0]
+    print(f"rss after imports: {_rss_mib():.0f} MiB")
     await spawner._start_watching_pods()
     await spawner._start_watching_events()
+    gc.collect()
+    print(f"rss with KubeSpawner's reflectors warm: {_rss_mib():.0f} MiB")
     if which == "colocate":
         await spawner.colocation_decide(manifest)
         await spawner.colocation_view().wait_live(120)

@@ -165,6 +165,37 @@ def slim_pod(pod: Mapping, share: Callable = _no_share) -> dict:
     }
 
 
+def slim_node(node: Mapping) -> dict:
+    """The fields of a Node the fit check and the reports read: name, labels, taints, cordon,
+    allocatable.  (pure)"""
+    meta = node.get("metadata") or {}
+    spec = node.get("spec") or {}
+    return {
+        "kind": "Node",
+        "metadata": {k: meta[k] for k in ("name", "labels", "resourceVersion") if k in meta},
+        "spec": {k: spec[k] for k in ("unschedulable", "taints") if k in spec},
+        "status": {"allocatable": (node.get("status") or {}).get("allocatable") or {}},
+    }
+
+
+async def list_all(method, *args, transform: Callable | None = None, page_size: int = 500):
+    """Every object of a collection, page by page (the parsed JSON of one page at a time, each
+    object passed through ``transform`` as it arrives); returns (objects, resourceVersion)."""
+    items: list[dict] = []
+    token = None
+    while True:
+        kwargs: dict = {"limit": page_size}
+        if token:
+            kwargs["_continue"] = token
+        listing = await read_json(method, *args, **kwargs)
+        for obj in listing.get("items") or []:
+            items.append(transform(obj) if transform else dict(obj))
+        meta = listing.get("metadata") or {}
+        token = meta.get("continue")
+        if not token:
+            return items, meta.get("resourceVersion")
+
+
 def _key(obj: Mapping) -> str:
     meta = obj.get("metadata") or {}
     namespace = meta.get("namespace")
@@ -262,21 +293,11 @@ class Collection:
 
     async def _list(self) -> None:
         # Pages keep the parsed JSON of a large collection small while it is slimmed.
-        items: list[dict] = []
-        token = None
-        while True:
-            kwargs = {"limit": self.page_size}
-            if token:
-                kwargs["_continue"] = token
-            listing = await read_json(self._method, *self._args, **kwargs)
-            for obj in listing.get("items") or []:
-                items.append(self._transform(obj) if self._transform else dict(obj))
-            meta = listing.get("metadata") or {}
-            token = meta.get("continue")
-            if not token:
-                break
+        items, version = await list_all(
+            self._method, *self._args, transform=self._transform, page_size=self.page_size
+        )
         self._replace_all(items, transformed=True)
-        self.resource_version = meta.get("resourceVersion")
+        self.resource_version = version
 
     async def _watch(self) -> None:
         """One WATCH until the server ends it (normal) or it fails (raises)."""
@@ -457,14 +478,21 @@ class DirectReader:
         """The namespace's pods and claims (errors propagate: nothing works without them)."""
         if self.pods is not None:
             return
-        pods, pvcs = await asyncio.gather(
-            read_json(self.core.list_namespaced_pod, self.namespace),
-            read_json(self.core.list_namespaced_persistent_volume_claim, self.namespace),
+        shared = Shared()
+        (pods, _), (pvcs, _) = await asyncio.gather(
+            list_all(
+                self.core.list_namespaced_pod,
+                self.namespace,
+                transform=lambda p: slim_pod(p, shared),
+            ),
+            list_all(self.core.list_namespaced_persistent_volume_claim, self.namespace),
         )
-        self.pods = [dict(p, kind="Pod") for p in pods.get("items") or []]
+        self.pods = pods
         self.pvcs = {
-            f"{self.namespace}/{(p.get('metadata') or {}).get('name')}": p
-            for p in pvcs.get("items") or []
+            f"{self.namespace}/{(p.get('metadata') or {}).get('name')}": dict(
+                p, kind="PersistentVolumeClaim"
+            )
+            for p in pvcs
         }
 
     async def attachments(self) -> list[dict] | None:
@@ -528,7 +556,7 @@ class DirectReader:
                     break
                 for item in listing.get("items") or []:
                     if _key(item) not in seen:
-                        pods.append(dict(item, kind="Pod"))
+                        pods.append(slim_pod(item))
         return ClusterState(
             pods,
             self.pvcs,
@@ -669,7 +697,7 @@ class ClusterView:
             (namespace,),
             transform=with_kind("PersistentVolumeClaim"),
         )
-        self.nodes = Collection("nodes", core.list_node, transform=with_kind("Node"))
+        self.nodes = Collection("nodes", core.list_node, transform=slim_node)
         self.pvs = Collection(
             "persistentvolumes",
             core.list_persistent_volume,
