@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import random
 import statistics
 import time
@@ -239,12 +240,17 @@ async def spawner_check(pods: int, nodes: int, samples: int) -> list[str]:
         view = first.colocation_view()
         await view.wait_live(120)
         cached = len(view.pods.items)
-        checks, dry_runs = [], []
+        checks, dry_runs, collected = [], [], []
+        paused = _GcPauses()
+        load = os.getloadavg()[0]
         for k in range(samples):
             spawner, manifest = spawners[k % len(spawners)]
+            paused.reset()
             decision = await spawner.colocation_decide(manifest)
             checks.append(spawner.colocation_timings["check"] * 1000)
             dry_runs.append(spawner.colocation_timings["dry_run"] * 1000)
+            collected.append(paused.total * 1000)
+        paused.close()
         assert decision.verdict in ("colocate", "refuse"), decision
         assert decision.node is not None and decision.verified, decision
         await _cluster.stop_reflectors("jhub")
@@ -252,13 +258,43 @@ async def spawner_check(pods: int, nodes: int, samples: int) -> list[str]:
     d50, d99 = percentiles(dry_runs)
     size = f"(pods={pods} nodes={nodes})"
     growth = 100 * (rss["colocate"] - rss["stock"]) / rss["stock"]
+    slow = sorted(range(len(checks)), key=lambda i: checks[i])[-max(1, len(checks) // 100) :]
     return [
+        f"machine load (1 min average) at the start of the samples: {load:.2f} on "
+        f"{os.cpu_count()} cores; the slowest 1 % of checks spent "
+        f"{', '.join(f'{collected[i]:.1f}' for i in slow)} ms in garbage collection "
+        f"(of {', '.join(f'{checks[i]:.1f}' for i in slow)} ms)",
         f"hub resident memory with the state {size}: stock={rss['stock']:.0f} MiB "
         f"colocate={rss['colocate']:.0f} MiB ({growth:+.0f} %)",
         f"dry run of the pinned pod (one API round trip, apart) p50={d50:.2f} p99={d99:.2f} ms",
         f"spawner check (live view of {cached} pods + decide, dry run excluded) "
         f"p50={p50:.3f} p99={p99:.3f} ms {size}",
     ]
+
+
+class _GcPauses:
+    """Seconds the garbage collector ran since the last ``reset`` (via ``gc.callbacks``)."""
+
+    def __init__(self) -> None:
+        import gc
+
+        self.total = 0.0
+        self._started = 0.0
+        gc.callbacks.append(self._callback)
+
+    def _callback(self, phase: str, info: dict) -> None:
+        if phase == "start":
+            self._started = time.perf_counter()
+        elif self._started:
+            self.total += time.perf_counter() - self._started
+
+    def reset(self) -> None:
+        self.total = 0.0
+
+    def close(self) -> None:
+        import gc
+
+        gc.callbacks.remove(self._callback)
 
 
 def _rss_probe(kubeconfig: str, which: str) -> float:
