@@ -316,9 +316,9 @@ class Collection:
             self._set_live(True)
             buffer = b""
             async for chunk in response.content.iter_any():
-                buffer += chunk
-                while b"\n" in buffer:
-                    line, buffer = buffer.split(b"\n", 1)
+                lines = (buffer + chunk).split(b"\n")
+                buffer = lines.pop()  # the start of the next event, or b""
+                for line in lines:
                     if line.strip():
                         self._event(json.loads(line))
         finally:
