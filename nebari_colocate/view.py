@@ -43,7 +43,6 @@ NODES_LIST = ("list", "nodes")
 PVS_GET = ("get", "persistentvolumes")
 ATTACHMENTS_LIST = ("list", "volumeattachments")
 ALL_PODS_LIST = ("list", "pods in all namespaces")
-ALL_PODS_WATCH = ("watch", "pods in all namespaces")
 
 
 class ApiError(Exception):
@@ -505,7 +504,6 @@ class DirectReader:
         *,
         extra_claims: Iterable[str] = (),
         extra_nodes: Iterable[str] = (),
-        read_cluster: bool = True,
     ) -> ClusterState:
         """The state for deciding on ``pod`` (and, for ``explain``, on the user's other claims
         and nodes): the namespace's pods and claims, the claims' PVs and attachments, the node
@@ -516,8 +514,6 @@ class DirectReader:
         own = [self.pvcs[k] for c in claims if (k := f"{self.namespace}/{c}") in self.pvcs]
         volumes = _pv_names(own)
         claimers = [p for p in self.pods if set(pod_claims(p)) & set(claims)]
-        if not read_cluster:
-            return ClusterState(self.pods, self.pvcs, {}, None, None, namespace=self.namespace)
         attachments: list[dict] | None = []
         holders = _candidate_nodes(claimers, [])
         if volumes and (not holders or extra_claims):
@@ -712,7 +708,6 @@ class ClusterView:
         self._started = False
         #: whether a field-selector LIST of pods of all namespaces is allowed (None: unknown)
         self._node_pods_listable: bool | None = None
-        self.fallbacks = 0
 
     # ----------------------------------------------------------------------------------------
     # lifecycle
@@ -902,17 +897,3 @@ async def admitted_pod(api_client, namespace: str, pod: Mapping) -> dict:
     if name:
         answer_meta["name"] = name
     return answer
-
-
-def denied_by(reader: DirectReader | ClusterView) -> list[tuple[str, str]]:
-    """The reads RBAC refused, as ``(verb, what)`` facts."""
-    if isinstance(reader, DirectReader):
-        return list(reader.denied)
-    denied = []
-    if reader.nodes.forbidden:
-        denied.append(NODES_LIST)
-    if reader.attachments.forbidden:
-        denied.append(ATTACHMENTS_LIST)
-    if reader.all_pods.forbidden and reader._node_pods_listable is False:
-        denied.append(ALL_PODS_LIST)
-    return denied
