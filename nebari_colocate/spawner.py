@@ -1,8 +1,8 @@
 """ColocatingKubeSpawner: KubeSpawner that knows about per-user volumes.
 
-The imperative shell around the pure core: it gathers the state, calls
-:func:`nebari_colocate.placement.decide`, and either merges the affinity into the pod manifest or
-refuses the spawn at once with a reason a person can act on.
+The imperative shell around the pure core: it reads the state through the live view
+(:mod:`nebari_colocate.view`), calls :func:`nebari_colocate.placement.decide`, and either merges
+the affinity into the pod manifest or refuses the spawn at once with a reason a person can act on.
 
 Where it hooks in (KubeSpawner 7, DESIGN section 3 and 10):
 
@@ -13,7 +13,8 @@ Where it hooks in (KubeSpawner 7, DESIGN section 3 and 10):
   check, e.g. a subclass changed it after ``load_user_options``).  The operator's
   ``modify_pod_hook`` still runs after it.
 - A class-level per-user lock serialises the check from ``load_user_options`` until the pod exists
-  in the pod reflector (or the spawn ends), so concurrent spawns of one user see each other.
+  in the pod reflector and the live view (or the spawn ends), so concurrent spawns of one user
+  see each other.
 """
 
 from __future__ import annotations
@@ -279,7 +280,8 @@ class ColocatingKubeSpawner(KubeSpawner):
         help="""
         The most seconds the pre-spawn check may wait on the Kubernetes API.  Past it the spawn
         proceeds on the safe side: the co-location affinity is still emitted (pinned to a
-        holder's node when one is known from the pod reflector), and the hub log says why.
+        holder's node when one is known from the live view or the pod reflector), and the hub log
+        says why.
         Default: 5.
         """,
     )
