@@ -218,6 +218,9 @@ class Collection:
     forbidden_retry_seconds: ClassVar[float] = 600.0
     #: objects per page of a LIST
     page_size: ClassVar[int] = 500
+    #: seconds without a byte on a WATCH after which its path counts as dead: kube-apiserver
+    #: sends a bookmark about every minute even when nothing changes
+    watch_idle_seconds: ClassVar[float] = 120.0
 
     def __init__(
         self,
@@ -300,13 +303,17 @@ class Collection:
 
     async def _watch(self) -> None:
         """One WATCH until the server ends it (normal) or it fails (raises)."""
+        import aiohttp
+
         response = await self._method(
             *self._args,
             watch=True,
             resource_version=self.resource_version,
             allow_watch_bookmarks=True,
             timeout_seconds=self.watch_timeout_seconds,
-            _request_timeout=self.watch_timeout_seconds + 30,
+            _request_timeout=aiohttp.ClientTimeout(
+                total=self.watch_timeout_seconds + 30, sock_read=self.watch_idle_seconds
+            ),
             _preload_content=False,
         )
         try:
