@@ -278,3 +278,28 @@ async def test_a_runtime_class_with_overhead_is_judged_as_the_scheduler_judges_i
         )
     finally:
         await node_api.delete_runtime_class(name)
+
+
+async def test_a_holder_on_a_deleted_node_is_refused_as_node_not_found(kube, spawners):
+    from kube import helpers
+
+    await kube.create_node("node-a", cpu="16")
+    await kube.create_node("spot-1", cpu="16")
+    await kube.create_bound_claim("claim-alice")
+    # A pod of alice's left on a spot node that was reclaimed (no pod GC runs here).
+    lab = spawners.make("alice", node_selector={"kubernetes.io/hostname": "spot-1"})
+    await spawners.start(lab)
+    view = lab.colocation_view()
+    await wait_until(lambda: view.live, what="the live view")
+    await helpers.delete_nodes(kube.api_client, ["spot-1"])
+    kube.nodes.remove("spot-1")
+    await wait_until(lambda: "spot-1" not in view.nodes.items, what="the node's deletion")
+
+    app = spawners.make("alice", "app")
+    with pytest.raises(ColocationRefused) as refused:
+        await spawners.start(app)
+    decision = refused.value.decision
+    assert (decision.node, decision.reasons) == ("spot-1", ["node-not-found"])
+    message = refused.value.jupyterhub_message
+    assert "no longer exists" in message and "administrator" in message
+    assert "stop your default server" not in message
