@@ -935,8 +935,20 @@ def _outcome_fields(decision: Decision) -> tuple:
     return decision.verdict, decision.node, sorted(decision.reasons), decision.holders
 
 
+def _not_older(held: str | None, read: str) -> bool:
+    """The view's copy is the one read or a later one (a controller, such as pvc-protection
+    adding its finalizer, may change an object after it was read).  resourceVersions are opaque
+    to clients; on this test control plane they are etcd revisions, so they compare as numbers."""
+    if held == read:
+        return True
+    try:
+        return held is not None and int(held) >= int(read)
+    except ValueError:
+        return False
+
+
 async def _caught_up(view: ClusterView, objects: list[dict], timeout: float = 10.0) -> None:
-    """Wait until the live view holds every object read (same resourceVersion)."""
+    """Wait until the live view holds every object read (that version or a later one)."""
     collections = {
         "Pod": lambda: view.pods,
         "PersistentVolumeClaim": lambda: view.pvcs,
@@ -951,7 +963,8 @@ async def _caught_up(view: ClusterView, objects: list[dict], timeout: float = 10
             meta = obj["metadata"]
             key = f"{meta['namespace']}/{meta['name']}" if meta.get("namespace") else meta["name"]
             held = collections[obj["kind"]]().items.get(key)
-            if held is None or held["metadata"].get("resourceVersion") != meta["resourceVersion"]:
+            version = None if held is None else held["metadata"].get("resourceVersion")
+            if not _not_older(version, meta["resourceVersion"]):
                 behind.append(f"{obj['kind']} {key}")
         if not behind and view.live:
             return
