@@ -947,7 +947,7 @@ def _not_older(held: str | None, read: str) -> bool:
         return False
 
 
-async def _caught_up(view: ClusterView, objects: list[dict], timeout: float = 10.0) -> None:
+async def _caught_up(view: ClusterView, objects: list[dict], timeout: float = 30.0) -> None:
     """Wait until the live view holds every object read (that version or a later one)."""
     collections = {
         "Pod": lambda: view.pods,
