@@ -2,21 +2,26 @@
 
 Counted by kube-apiserver itself: ``apiserver_request_total`` from its ``/metrics`` (read with the
 admin client certificate) before and after K spawns of each class, against the real control plane
-of tests/kube (kube-apiserver, kube-scheduler, the kubelet stub that marks bound pods Running).
+of tests/kube (kube-apiserver, kube-scheduler, kube-controller-manager, kwok running the pods).
 Each class gets its own namespace, its own users and so its own KubeSpawner reflectors; every user
 starts a lab (first server: nothing pinned yet) and then an app (second server: pinned to the
 lab's node, the pre-spawn check reads the node, its pods and the PV).  Users' home claims exist
 and are bound beforehand (a hub's claims outlive its servers).
 
 What is counted: every resource request the spawns cause, the spawner's own and the scheduler's
-and kubelet stub's (a binding, an event, a status update: the same for both classes), plus the
+controllers' and kwok's (a binding, events, status updates, the volume's attachment: the same for
+both classes, up to the controllers' own timing), plus the
 LIST and WATCH of KubeSpawner's pod and event reflectors (one per namespace, counted when they
 stop, shared by all spawns of the namespace).  Not counted: leases and non-resource requests
 (kube-apiserver's own heartbeat and discovery, and the /metrics reads).
 
+Measured twice, with the two permission sets a hub has: zero-to-jupyterhub's hub Role plus the
+optional ClusterRole of examples/rbac.yaml, and the hub Role alone.  The spawners talk to the API
+as a user bound to exactly those roles.
+
     python benchmarks/api_cost.py [--spawns 20]
 
-Last line: ``api requests per spawn: stock=X colocate=Y``.
+Last line: ``api requests per spawn: clusterrole stock=X colocate=Y (+D); z2jh-role ...``.
 """
 
 from __future__ import annotations
@@ -47,17 +52,74 @@ def _label(key: tuple) -> str:
     return f"{verb} {resource}{'/' + subresource if subresource else ''} ({scope})"
 
 
-async def measure(cp, cls, namespace: str, users: int) -> dict:
-    """Spawn a lab and an app for each user; the request deltas per stage."""
+Z2JH_HUB_RULES = [
+    {
+        "apiGroups": [""],
+        "resources": ["pods", "persistentvolumeclaims", "secrets", "services"],
+        "verbs": ["get", "watch", "list", "create", "delete"],
+    },
+    {"apiGroups": [""], "resources": ["events"], "verbs": ["get", "watch", "list"]},
+]
+RBAC_FILE = _cluster.ROOT / "examples" / "rbac.yaml"
+#: the two permission sets measured: zero-to-jupyterhub's hub Role, with and without the
+#: optional ClusterRole of examples/rbac.yaml
+RBAC_MODES = ("clusterrole", "z2jh-role")
+
+
+async def grant(admin, namespace: str, user: str, mode: str) -> None:
+    """The z2jh hub Role in ``namespace`` for ``user``; with ``clusterrole`` also the ClusterRole
+    of examples/rbac.yaml (bound to ``user`` instead of the hub's service account)."""
+    import yaml
+    from kubernetes_asyncio import client
+
+    rbac = client.RbacAuthorizationV1Api(admin)
+    subject = [{"kind": "User", "name": user, "apiGroup": "rbac.authorization.k8s.io"}]
+    await rbac.create_namespaced_role(
+        namespace, {"metadata": {"name": "hub"}, "rules": Z2JH_HUB_RULES}
+    )
+    await rbac.create_namespaced_role_binding(
+        namespace,
+        {
+            "metadata": {"name": "hub"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "hub"},
+            "subjects": subject,
+        },
+    )
+    if mode != "clusterrole":
+        return
+    role = next(d for d in yaml.safe_load_all(RBAC_FILE.read_text()) if d["kind"] == "ClusterRole")
+    name = f"nebari-colocate-reader-{user}"
+    await rbac.create_cluster_role({"metadata": {"name": name}, "rules": role["rules"]})
+    await rbac.create_cluster_role_binding(
+        {
+            "metadata": {"name": name},
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "ClusterRole",
+                "name": name,
+            },
+            "subjects": subject,
+        }
+    )
+
+
+async def prepare(cp, namespace: str, users: int, user: str, mode: str) -> None:
+    from kubernetes_asyncio import client
+
     admin = await _cluster.admin_client(cp)
     try:
-        from kubernetes_asyncio import client
-
         await client.CoreV1Api(admin).create_namespace({"metadata": {"name": namespace}})
         for i in range(users):
             await _cluster.helpers.create_bound_claim(admin, namespace, f"claim-u{i}")
+        await grant(admin, namespace, user, mode)
     finally:
         await admin.close()
+
+
+async def measure(cp, cls, namespace: str, users: int, kubeconfig: str) -> dict:
+    """Spawn a lab and an app for each user as ``kubeconfig``'s user; the request deltas per
+    stage.  Runs in its own event loop: KubeSpawner keeps one API client per loop."""
+    await _cluster.use_credentials(kubeconfig)
     await asyncio.sleep(1)
 
     stages = {}
@@ -71,9 +133,10 @@ async def measure(cp, cls, namespace: str, users: int) -> dict:
         await spawner.start()
     await asyncio.sleep(1)  # the scheduler's events and the stub's status updates land
     after_apps = _cluster.apiserver_request_totals(cp)
-    await _cluster.stop_reflectors(namespace)
+    await _cluster.stop_reflectors(namespace)  # KubeSpawner's reflectors and our live view
     await asyncio.sleep(1)  # a WATCH is counted when it ends
     after_all = _cluster.apiserver_request_totals(cp)
+    await asyncio.sleep(0.1)  # let the per-loop API clients close before the loop does
 
     stages["labs"] = _relevant(_cluster.diff_totals(after_labs, before))
     stages["apps"] = _relevant(_cluster.diff_totals(after_apps, after_labs))
@@ -82,47 +145,73 @@ async def measure(cp, cls, namespace: str, users: int) -> dict:
     return stages
 
 
-async def main_async(spawns: int) -> None:
-    from kubespawner import KubeSpawner
-
-    from nebari_colocate import ColocatingKubeSpawner
-
-    users = max(1, spawns // 2)
+def report(mode: str, stock: dict, ours: dict, users: int) -> tuple[float, float]:
     spawns = users * 2
-    with _cluster.control_plane(kubelet_stub=True) as cp:
-        await _cluster.use_credentials(cp.kubeconfig)
-        admin = await _cluster.admin_client(cp)
-        try:
-            for name in ("node-a", "node-b", "node-c"):
-                await _cluster.helpers.create_node(admin, name, cpu="32", memory="64Gi")
-        finally:
-            await admin.close()
-        stock = await measure(cp, KubeSpawner, "cost-stock", users)
-        ours = await measure(cp, ColocatingKubeSpawner, "cost-colocate", users)
-        # Let the per-loop API clients of KubeSpawner close before the loop does.
-        await asyncio.sleep(0.1)
-
-    print(f"machine: {_cluster.machine()}")
-    print(f"{spawns} spawns per class ({users} users x lab + app), requests per spawn:")
+    print(f"[{mode}] {spawns} spawns per class ({users} users x lab + app), requests per spawn:")
     keys = sorted(set(stock["all"]) | set(ours["all"]), key=_label)
     print(f"  {'request':58} {'stock':>7} {'colocate':>9}")
     for key in keys:
         s, o = stock["all"].get(key, 0) / spawns, ours["all"].get(key, 0) / spawns
         print(f"  {_label(key):58} {s:7.2f} {o:9.2f}")
-    for stage, count in (("labs", users), ("apps", users)):
-        s, o = _total(stock[stage]) / count, _total(ours[stage]) / count
-        print(f"  per {stage[:-1]} spawn: stock={s:.2f} colocate={o:.2f}")
+    for stage, label in (("labs", "first server"), ("apps", "pinned server")):
+        s, o = _total(stock[stage]) / users, _total(ours[stage]) / users
+        print(
+            f"  per {label} spawn (reflector starts included): stock={s:.2f} colocate={o:.2f} "
+            f"(+{o - s:.2f})"
+        )
     s, o = _total(stock["reflectors"]), _total(ours["reflectors"])
-    print(f"  reflector LIST+WATCH (once per namespace): stock={s:.0f} colocate={o:.0f}")
+    print(f"  WATCHes ended at shutdown (once per hub): stock={s:.0f} colocate={o:.0f}")
     s, o = _total(stock["all"]) / spawns, _total(ours["all"]) / spawns
-    print(f"api requests per spawn: stock={s:.2f} colocate={o:.2f}")
+    print(
+        f"  [{mode}] average over first and pinned servers: stock={s:.2f} colocate={o:.2f} "
+        f"difference=+{o - s:.2f}"
+    )
+    return s, o
+
+
+def main_run(spawns: int) -> None:
+    from kubespawner import KubeSpawner
+
+    from nebari_colocate import ColocatingKubeSpawner
+
+    users = max(1, spawns // 2)
+    results = {}
+    with _cluster.control_plane(kubelet_stub=True) as cp:
+
+        async def nodes():
+            admin = await _cluster.admin_client(cp)
+            try:
+                # One node: stock KubeSpawner's two servers of a user then share it (as with the
+                # hard pod affinity deployments add), so its app can start at all; on two nodes
+                # the attach/detach controller refuses the second attachment (Multi-Attach).
+                # Request counts do not depend on the node a pod lands on.
+                await _cluster.helpers.create_node(admin, "node-a", cpu="32", memory="64Gi")
+            finally:
+                await admin.close()
+
+        asyncio.run(nodes())
+        for mode in RBAC_MODES:
+            per_class = {}
+            for cls, tag in ((KubeSpawner, "stock"), (ColocatingKubeSpawner, "colocate")):
+                namespace, user = f"cost-{mode}-{tag}", f"hub-{mode}-{tag}"
+                asyncio.run(prepare(cp, namespace, users, user, mode))
+                kubeconfig = cp.user_kubeconfig(user)
+                per_class[tag] = asyncio.run(measure(cp, cls, namespace, users, kubeconfig))
+            results[mode] = per_class
+
+    print(f"machine: {_cluster.machine()}")
+    summary = []
+    for mode in RBAC_MODES:
+        s, o = report(mode, results[mode]["stock"], results[mode]["colocate"], users)
+        summary.append(f"{mode} stock={s:.2f} colocate={o:.2f} (+{o - s:.2f})")
+    print("api requests per spawn: " + "; ".join(summary))
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--spawns", type=int, default=20, help="spawns per class (even)")
     args = parser.parse_args(argv)
-    asyncio.run(main_async(args.spawns))
+    main_run(args.spawns)
     return 0
 
 

@@ -18,8 +18,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from . import __version__, messages, report, validate
-from .placement import Policy, decide, pod_claims
+from . import __version__, messages, report, validate, view
+from .placement import Policy, decide
 from .state import ClusterState, StateError, read_objects, read_yaml
 
 ACCESS_MODES = ("ReadWriteOnce", "ReadWriteMany")
@@ -331,65 +331,13 @@ def _api_error(exc: BaseException, what: str, hint: str = _ROLE_HINT) -> Cluster
     return ClusterError(f"the API server answered {status} {reason} to {what}")
 
 
-async def _list(call, what: str, *args, **kwargs) -> list[dict]:
-    """The items of a list call this command cannot do without."""
-    from kubernetes_asyncio.client.exceptions import ApiException
-
-    from .state import read_json
-
-    try:
-        return (await read_json(call, *args, **kwargs)).get("items") or []
-    except ApiException as exc:
-        raise _api_error(exc, what) from None
-
-
-class _Forbidden(Exception):
-    """A read these credentials may not do (the note is already taken)."""
-
-
-async def _optional(call, what: str, cost: str, notes: list[str], *args, **kwargs) -> dict | None:
-    """The JSON of a read that may be forbidden: None on 404; on 401/403 a note saying what it
-    costs and which file grants it, then :class:`_Forbidden`."""
-    from kubernetes_asyncio.client.exceptions import ApiException
-
-    from .state import read_json
-
-    try:
-        return await read_json(call, *args, **kwargs)
-    except ApiException as exc:
-        if exc.status in (401, 403):
-            note = f"cannot {what} ({exc.status} {exc.reason or 'Forbidden'}): {cost}; {_RBAC_HINT}"
-            if note not in notes:
-                notes.append(note)
-            raise _Forbidden(what) from None
-        if exc.status == 404:
-            return None
-        raise _api_error(exc, what) from None
-
-
-async def _namespace_objects(core, namespace: str) -> tuple[list[dict], dict[str, dict]]:
-    results = await asyncio.gather(
-        _list(core.list_namespaced_pod, f"list pods in namespace {namespace}", namespace),
-        _list(
-            core.list_namespaced_persistent_volume_claim,
-            f"list persistentvolumeclaims in namespace {namespace}",
-            namespace,
-        ),
-        return_exceptions=True,
-    )
-    for result in results:  # report the pods first, whichever failed first
-        if isinstance(result, BaseException):
-            raise result
-    pods, pvcs = results
-    return pods, {(p.get("metadata") or {}).get("name", ""): p for p in pvcs}
-
-
-def _empty_namespace_note(snapshot: report.Snapshot) -> None:
-    if not snapshot.pods and not snapshot.pvcs:
-        snapshot.notes.append(
-            f"namespace {snapshot.namespace} has no pods and no claims: is it the hub's "
+def _empty_namespace_note(state: ClusterState) -> list[str]:
+    if not state.namespace_pods() and not state.claims_of():
+        return [
+            f"namespace {state.namespace} has no pods and no claims: is it the hub's "
             "namespace? (--namespace)"
-        )
+        ]
+    return []
 
 
 _NODES_COST_EXPLAIN = (
@@ -402,33 +350,41 @@ _NODES_COST_AUDIT = (
 )
 _NODE_PODS_COST = "node headroom counts this namespace's pods only"
 _ATTACHMENTS_COST = "a volume still attached to a node after its last server stopped is not seen"
+_PVS_COST = "a volume's node affinity is not checked"
 
 
-async def _attachments(storage, notes: list[str]) -> list[dict] | None:
-    try:
-        listing = await _optional(
-            storage.list_volume_attachment, "list volumeattachments", _ATTACHMENTS_COST, notes
-        )
-    except _Forbidden:
-        return None
-    return (listing or {}).get("items") or []
-
-
-async def _nodes(core, notes: list[str], cost: str) -> dict[str, dict] | None:
-    try:
-        listing = await _optional(core.list_node, "list nodes", cost, notes)
-    except _Forbidden:
-        return None
-    return {
-        (n.get("metadata") or {}).get("name", ""): n for n in (listing or {}).get("items") or []
+def _denied_notes(denied, nodes_cost: str) -> list[str]:
+    """One note per read RBAC refused: what it costs and which file grants it."""
+    costs = {
+        view.NODES_GET: nodes_cost,
+        view.NODES_LIST: nodes_cost,
+        view.ATTACHMENTS_LIST: _ATTACHMENTS_COST,
+        view.ALL_PODS_LIST: _NODE_PODS_COST,
+        view.PVS_GET: _PVS_COST,
     }
+    return [
+        f"cannot {verb} {what} (403 Forbidden): {costs.get((verb, what), 'not read')}; {_RBAC_HINT}"
+        for verb, what in denied
+    ]
+
+
+async def _read_namespace(reader) -> None:
+    """The namespace's pods and claims: without them neither command can say anything."""
+    try:
+        await reader.read_namespace()
+    except Exception as exc:
+        status = getattr(exc, "status", None)
+        if status is None:
+            raise
+        what = f"list pods in namespace {reader.namespace}"
+        raise _api_error(exc, what) from None
 
 
 # --------------------------------------------------------------------------------------------------
 # explain
 
 
-def _judged_pod(args, namespace: str, label: str, own: list[dict], snapshot) -> tuple:
+def _judged_pod(args, namespace: str, label: str, own: list[dict], pvcs) -> tuple:
     """(pod, server name, source) for the server ``explain`` judges."""
     if args.pod:
         pod = load_pod(args.pod)
@@ -449,95 +405,51 @@ def _judged_pod(args, namespace: str, label: str, own: list[dict], snapshot) -> 
             meta["name"] = running[0]["metadata"]["name"] if running else report.EXPLAIN_POD_NAME
         return pod, server, args.pod
     server = args.server or ""
-    claims = report.user_claims(own, snapshot.pvcs, args.user, label)
+    claims = report.user_claims(own, pvcs, args.user, label)
     pod = report.minimal_pod(args.user, label, server, namespace, claims, own)
     return pod, server, "minimal"
 
 
-async def _read_nodes(core, names: list[str], snapshot: report.Snapshot, cost: str) -> None:
-    """Nodes by name, and the pods of every namespace bound to them (for headroom)."""
-    for name in names:
-        try:
-            node = await _optional(core.read_node, "get nodes", cost, snapshot.notes, name)
-        except _Forbidden:
-            snapshot.nodes = None
-            return
-        if node is not None:
-            assert snapshot.nodes is not None
-            snapshot.nodes[name] = node
-    for name in names:
-        if snapshot.nodes is None or name not in snapshot.nodes:
-            continue
-        listing = None
-        if snapshot.node_pods_complete:
-            try:
-                listing = await _optional(
-                    core.list_pod_for_all_namespaces,
-                    "list pods in all namespaces",
-                    _NODE_PODS_COST,
-                    snapshot.notes,
-                    field_selector=f"spec.nodeName={name}",
-                )
-            except _Forbidden:
-                snapshot.node_pods_complete = False
-        if listing is None:
-            snapshot.node_pods[name] = [
-                p for p in snapshot.pods if (p.get("spec") or {}).get("nodeName") == name
-            ]
-        else:
-            snapshot.node_pods[name] = listing.get("items") or []
-
-
 async def _explain(conn: Connection, args) -> dict:
-    from kubernetes_asyncio import client
-    from kubernetes_asyncio.client.exceptions import ApiException
     from kubespawner.slugs import is_valid_label, safe_slug
 
-    from .state import load_from_api
-
-    core = client.CoreV1Api(conn.api_client)
-    storage = client.StorageV1Api(conn.api_client)
     namespace = args.namespace or conn.namespace or "default"
-    snapshot = report.Snapshot(namespace=namespace)
-    snapshot.pods, snapshot.pvcs = await _namespace_objects(core, namespace)
-    _empty_namespace_note(snapshot)
+    reader = view.DirectReader(conn.api_client, namespace)
+    await _read_namespace(reader)
+    assert reader.pods is not None and reader.pvcs is not None
+    pvcs = {k.split("/", 1)[1]: v for k, v in reader.pvcs.items()}
     label = safe_slug(args.user, is_valid=is_valid_label)
-    own = report.user_pods(snapshot.pods, args.user, label)
-    pod, server, source = _judged_pod(args, namespace, label, own, snapshot)
+    own = report.user_pods(reader.pods, args.user, label)
+    pod, server, source = _judged_pod(args, namespace, label, own, pvcs)
 
     policy = Policy(
         storage_access_mode=args.storage_access_mode,
         premium_resources=tuple(args.premium_resources),
         premium_node_policy=args.premium_node_policy,
     )
+    own_nodes = {(p.get("spec") or {}).get("nodeName") for p in own} - {None, ""}
     try:
-        state = await load_from_api(
-            conn.api_client, pod, namespace=namespace, cached_pods=snapshot.pods
+        state = await reader.state_for(
+            pod,
+            extra_claims=report.user_claims(own, pvcs, args.user, label),
+            extra_nodes=sorted(own_nodes),
         )
-    except ApiException as exc:
+    except Exception as exc:
+        if getattr(exc, "status", None) is None:
+            raise
         raise _api_error(exc, "read the objects the decision needs") from None
     try:
         decision = decide(pod, state, policy)
     except (ValueError, TypeError, AttributeError, KeyError) as exc:
         where = f"namespace {namespace}" + (f" or {args.pod}" if args.pod else "")
         raise StateError(f"malformed object in {where}: {exc}") from None
-
-    volumes = any(
-        (snapshot.pvcs.get(c, {}).get("spec") or {}).get("volumeName")
-        for c in {*report.user_claims(own, snapshot.pvcs, args.user, label), *pod_claims(pod)}
-    )
-    if volumes:
-        snapshot.volume_attachments = await _attachments(storage, snapshot.notes)
-    names = {(p.get("spec") or {}).get("nodeName") for p in own} - {None, ""}
-    names.update(decision.split_nodes)
-    if decision.node:
-        names.add(decision.node)
-    await _read_nodes(core, sorted(names), snapshot, _NODES_COST_EXPLAIN)
+    notes = [*_empty_namespace_note(state), *_denied_notes(reader.denied, _NODES_COST_EXPLAIN)]
+    state = state.replace(notes=notes)
     try:
         return report.explain_report(
             args.user,
             label,
-            snapshot,
+            state,
             server=server,
             pod=pod,
             pod_source=source,
@@ -553,24 +465,24 @@ async def _explain(conn: Connection, args) -> dict:
 
 
 async def _audit(conn: Connection, args) -> dict:
-    from kubernetes_asyncio import client
-
-    core = client.CoreV1Api(conn.api_client)
-    storage = client.StorageV1Api(conn.api_client)
     namespace = args.namespace or conn.namespace or "default"
-    snapshot = report.Snapshot(namespace=namespace)
-    snapshot.pods, snapshot.pvcs = await _namespace_objects(core, namespace)
-    _empty_namespace_note(snapshot)
-    snapshot.nodes, snapshot.volume_attachments = await asyncio.gather(
-        _nodes(core, snapshot.notes, _NODES_COST_AUDIT), _attachments(storage, snapshot.notes)
-    )
+    reader = view.DirectReader(conn.api_client, namespace)
+    await _read_namespace(reader)
+    try:
+        state = await reader.everything()
+    except Exception as exc:
+        if getattr(exc, "status", None) is None:
+            raise
+        raise _api_error(exc, "read nodes and volume attachments") from None
+    notes = [*_empty_namespace_note(state), *_denied_notes(reader.denied, _NODES_COST_AUDIT)]
+    state = state.replace(notes=notes)
     policy = Policy(
         storage_access_mode=args.storage_access_mode or "ReadWriteOnce",
         premium_resources=tuple(args.premium_resources),
     )
     try:
         return report.audit_report(
-            snapshot, policy, deployment_mode_given=args.storage_access_mode is not None
+            state, policy, deployment_mode_given=args.storage_access_mode is not None
         )
     except (ValueError, TypeError, AttributeError, KeyError) as exc:
         raise StateError(f"malformed object in namespace {namespace}: {exc}") from None

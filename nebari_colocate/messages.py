@@ -42,18 +42,61 @@ def _is_own(pod: Mapping, username: str, user_label: str | None) -> bool:
     return bool(user_label) and (meta.get("labels") or {}).get(USERNAME_LABEL) == user_label
 
 
+SERVER_COMPONENT = "singleuser-server"
+
+
+def is_server(pod: Mapping) -> bool:
+    """A JupyterHub server pod: KubeSpawner's ``component`` label, or (older pods without one)
+    the username annotation KubeSpawner writes."""
+    meta = pod.get("metadata") or {}
+    component = (meta.get("labels") or {}).get("component")
+    if component is not None:
+        return component == SERVER_COMPONENT
+    return USERNAME_ANNOTATION in (meta.get("annotations") or {})
+
+
+def _has_owner(pod: Mapping) -> bool:
+    meta = pod.get("metadata") or {}
+    return USERNAME_ANNOTATION in (meta.get("annotations") or {}) or USERNAME_LABEL in (
+        meta.get("labels") or {}
+    )
+
+
 def own_servers(decision: Decision, username: str, user_label: str | None = None) -> list[str]:
-    """Server names of the holders that belong to ``username`` (sorted, default first)."""
+    """Server names of the holders that are servers of ``username`` (sorted, default first)."""
     names = {
         ((p.get("metadata") or {}).get("annotations") or {}).get(SERVERNAME_ANNOTATION, "")
         for p in decision.holder_pods
-        if _is_own(p, username, user_label)
+        if _is_own(p, username, user_label) and is_server(p)
     }
     return sorted(names, key=lambda n: (n != "", n))
 
 
+def own_other_pods(decision: Decision, username: str, user_label: str | None = None) -> list[str]:
+    """Names of the holders that are ``username``'s own pods but not servers (sorted)."""
+    return sorted(
+        {
+            (p.get("metadata") or {}).get("name", "")
+            for p in decision.holder_pods
+            if _is_own(p, username, user_label) and not is_server(p)
+        }
+    )
+
+
 def _others(decision: Decision, username: str, user_label: str | None) -> int:
-    return sum(not _is_own(p, username, user_label) for p in decision.holder_pods)
+    """Holders that are other users' servers (counted, never named)."""
+    return sum(
+        not _is_own(p, username, user_label) and _has_owner(p) and is_server(p)
+        for p in decision.holder_pods
+    )
+
+
+def _unowned(decision: Decision, username: str, user_label: str | None) -> int:
+    """Holders that belong to no user: a backup Job, a workflow step (counted, never named)."""
+    return sum(
+        not _is_own(p, username, user_label) and not (_has_owner(p) and is_server(p))
+        for p in decision.holder_pods
+    )
 
 
 def _join(items: list[str]) -> str:
@@ -130,6 +173,11 @@ def reason_sentences(decision: Decision, pod: Mapping) -> list[str]:
                 f"your volume {_join(decision.claims)} is in use on more than one node "
                 f"({_join(decision.split_nodes)}), which needs an administrator to resolve"
             )
+        elif code == "node-not-found":
+            sentences.append(
+                f"your volume is still in use on node {node}, which no longer exists (it may "
+                "still be attached to that node)"
+            )
         elif code == "premium-node":
             sentences.append(
                 f"{where_()} is a GPU node and this server needs no GPU; starting it there "
@@ -150,20 +198,34 @@ def subject(server_name: str, display_names: Mapping[str, str] | None = None) ->
     return "Your default server" if label == "your default server" else f"Your server {label}"
 
 
-def _advice(decision: Decision, holders: list[str], has_profiles: bool = True) -> str:
+def _advice(
+    decision: Decision, holders: list[str], has_profiles: bool = True, own_pods: int = 0
+) -> str:
     if "split-attachment" in decision.reasons:
         return "Please contact your administrator."
-    stop = f"stop {_join(holders)}" if holders else "stop the servers using it"
+    if "node-not-found" in decision.reasons:
+        return (
+            "Please contact your administrator: the volume must be released from the node that "
+            "is gone before it can be used elsewhere."
+        )
+    if not holders and decision.holder_pods and decision.pinned_by == "holders":
+        # Only pods that are not servers hold it: nothing on the hub stops them.
+        if own_pods:
+            stop = "wait for your other pods using it to finish (or delete them)"
+        else:
+            stop = "wait until the other pods using it have finished (ask your administrator)"
+    else:
+        stop = f"stop {_join(holders)} first" if holders else "stop the servers using it first"
     if decision.pinned_by == "attachment" and not holders:
         return "The volume is still being released from its last node: try again in a minute."
     if "claim-in-use" in decision.reasons:
         # ReadWriteOncePod: no node and no profile helps; only the other server stopping does.
-        return f"To start it, {stop} first."
+        return f"To start it, {stop}."
     if not has_profiles:  # no profile to choose on this hub: do not suggest one
-        return f"To start it, {stop} first."
+        return f"To start it, {stop}."
     if "premium-node" in decision.reasons and len(decision.reasons) == 1:
-        return f"To start it, {stop} first, or choose a profile with a GPU."
-    return f"To start it, {stop} first, or choose a profile that fits on node {decision.node}."
+        return f"To start it, {stop}, or choose a profile with a GPU."
+    return f"To start it, {stop}, or choose a profile that fits on node {decision.node}."
 
 
 def user_message(
@@ -181,18 +243,37 @@ def user_message(
     if decision.verdict != REFUSE:
         return ""
     holders = [server_label(n, display_names) for n in own_servers(decision, username, user_label)]
-    others = _others(decision, username, user_label)
+    own_pods = own_other_pods(decision, username, user_label)
     why = "; ".join(reason_sentences(decision, pod))
     parts = [f"{subject(server_name, display_names)} cannot start: {why}."]
-    if holders or others:
-        in_use = []
-        if holders:
-            in_use.append(_join(holders))
-        if others:
-            in_use.append(f"{others} server(s) of other users")
-        parts.append(f"{_exclusivity(decision)} and is in use by {' and '.join(in_use)}.")
-    parts.append(_advice(decision, holders, has_profiles))
+    in_use = _in_use_by(decision, holders, own_pods, username, user_label)
+    if in_use:
+        parts.append(f"{_exclusivity(decision)} and is in use by {_join(in_use)}.")
+    parts.append(_advice(decision, holders, has_profiles, len(own_pods)))
     return " ".join(parts)
+
+
+def _in_use_by(
+    decision: Decision,
+    holders: list[str],
+    own_pods: list[str],
+    username: str,
+    user_label: str | None,
+) -> list[str]:
+    """Who holds the volume, in words: the user's own servers and pods by name, everything
+    else counted (never another user's names)."""
+    in_use = []
+    if holders:
+        in_use.append(_join(holders))
+    if own_pods:
+        in_use.append(f"your pod(s) {_join(own_pods)} (not servers)")
+    others = _others(decision, username, user_label)
+    if others:
+        in_use.append(f"{others} server(s) of other users")
+    unowned = _unowned(decision, username, user_label)
+    if unowned:
+        in_use.append(f"{unowned} other pod(s) that are not JupyterHub servers (such as a job)")
+    return in_use
 
 
 def user_html(
@@ -213,16 +294,21 @@ def user_html(
     title = esc(subject(server_name, display_names))
     reasons = "".join(f"<li>{esc(s)}</li>" for s in reason_sentences(decision, pod))
     holders = own_servers(decision, username, user_label)
+    own_pods = own_other_pods(decision, username, user_label)
     # <div>, not <p>: JupyterHub's error page puts the message inside a <p> of its own; and
     # left-aligned, as the spawn pages centre their text.
     body = [f"<div>{title} cannot start:</div>", f'<ul class="colocate-reasons">{reasons}</ul>']
+    labels = [server_label(n, display_names) for n in holders]
+    in_use = _in_use_by(decision, labels, own_pods, username, user_label)
     if holders:
-        items = "".join(f"<li>{esc(server_label(n, display_names))}</li>" for n in holders)
+        in_use = labels + in_use[1:]
+    if in_use:
+        items = "".join(f"<li>{esc(n)}</li>" for n in in_use)
         body.append(
             f"<div>{esc(_exclusivity(decision))} and is in use by:</div>"
             f'<ul class="colocate-holders">{items}</ul>'
         )
-    advice = _advice(decision, [server_label(n, display_names) for n in holders], has_profiles)
+    advice = _advice(decision, labels, has_profiles, len(own_pods))
     body.append(f"<div>{esc(advice)}</div>")
     return f'<div class="colocate-message" style="text-align: left">{"".join(body)}</div>'
 

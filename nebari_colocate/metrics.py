@@ -84,3 +84,51 @@ def observe_event_verdict(reason: str) -> None:
 
 def observe_api_fault(fault: str) -> None:
     collectors()["api_faults"].labels(fault=fault).inc()
+
+
+@lru_cache(maxsize=1)
+def view_collectors() -> dict:
+    """The live view's metrics (nebari_colocate.view), created once per process."""
+    from prometheus_client import Counter, Gauge
+
+    return {
+        "live": _get_or_create(
+            Gauge,
+            f"{PREFIX}_view_live",
+            "1 while a watched collection of the live view is listed and watching, else 0",
+            ("collection",),
+        ),
+        "resyncs": _get_or_create(
+            Counter,
+            f"{PREFIX}_view_resyncs_total",
+            "Watches of the live view that broke and were listed again, by collection",
+            ("collection",),
+        ),
+        "fallbacks": _get_or_create(
+            Counter,
+            f"{PREFIX}_view_fallbacks_total",
+            "Checks that read the API directly because the live view was not live",
+        ),
+        "dry_runs": _get_or_create(
+            Counter,
+            f"{PREFIX}_dry_runs_total",
+            "Server-side dry runs of a pinned pod, by outcome (admitted, refused, failed)",
+            ("outcome",),
+        ),
+    }
+
+
+def observe_view_live(collection: str, live: bool) -> None:
+    view_collectors()["live"].labels(collection=collection).set(1 if live else 0)
+
+
+def observe_view_resync(collection: str) -> None:
+    view_collectors()["resyncs"].labels(collection=collection).inc()
+
+
+def observe_view_fallback() -> None:
+    view_collectors()["fallbacks"].inc()
+
+
+def observe_dry_run(outcome: str) -> None:
+    view_collectors()["dry_runs"].labels(outcome=outcome).inc()

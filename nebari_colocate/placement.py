@@ -28,7 +28,10 @@ REASON_CODES = (
     "claim-in-use",
     "split-attachment",
     "premium-node",
+    "node-not-found",
 )
+#: the pinned node does not exist any more (its holders or attachment outlived it)
+NODE_NOT_FOUND = "node-not-found"
 
 
 @dataclass(frozen=True)
@@ -109,8 +112,25 @@ def claim_modes(pvc: Mapping | None, policy: Policy) -> list[str]:
     return list(_spec(pvc).get("accessModes") or [])
 
 
-def is_exclusive(modes: Iterable[str]) -> bool:
-    return not any(m in SHARED_MODES for m in modes)
+def is_exclusive(modes: Iterable[str], read_only: bool = False) -> bool:
+    """Exclusive unless ``ReadWriteMany``, or ``ReadOnlyMany`` with every pod involved mounting
+    it read-only (``read_only``): ``[ReadWriteOnce, ReadOnlyMany]`` mounted read-write still
+    attaches read-write to one node only (GCE PD, Azure Disk)."""
+    modes = list(modes)
+    if RWX in modes:
+        return False
+    return not (ROX in modes and read_only)
+
+
+def mounts_read_only(pod: Mapping, claim: str) -> bool:
+    """Every volume of ``pod`` that uses ``claim`` says ``readOnly: true`` (what the attach of
+    the volume follows; a container's read-only mount does not make the attachment read-only)."""
+    volumes = [
+        v.get("persistentVolumeClaim") or {}
+        for v in _spec(pod).get("volumes") or []
+        if (v.get("persistentVolumeClaim") or {}).get("claimName") == claim
+    ]
+    return bool(volumes) and all(v.get("readOnly") is True for v in volumes)
 
 
 def holds_volume(pod: Mapping) -> bool:
@@ -140,7 +160,11 @@ def decide(pod: Mapping, state: ClusterState, policy: Policy) -> Decision:
     # 1. Claims: only exclusive claims constrain placement.
     all_claims = pod_claims(pod)
     modes = {c: claim_modes(state.pvc(namespace, c), policy) for c in all_claims}
-    exclusive = [c for c in all_claims if is_exclusive(modes[c])]
+    exclusive = [
+        c
+        for c in all_claims
+        if is_exclusive(modes[c], _read_only_everywhere(pod, c, state, namespace, own_name))
+    ]
     if not exclusive:
         return Decision(SKIP)
 
@@ -187,12 +211,17 @@ def decide(pod: Mapping, state: ClusterState, policy: Policy) -> Decision:
         premium = _allocatable_any(node, policy.premium_resources)
         if not state.node_pods_complete:
             decision.notes.append(f"pods of other namespaces on {node_name} were not readable")
+    elif state.nodes is not None:
+        # The node is gone (a reclaimed spot node) while a pod or an attachment still holds the
+        # volume there: no capacity question, an operator must look.
+        decision.verified = False
+        decision.notes.append(f"node {node_name} not found: it was deleted")
+        decision.reasons.append(NODE_NOT_FOUND)
+        premium = False
     else:
         decision.verified = False
         decision.notes.append(
             f"node {node_name} not readable: fit inferred from the holders' specs"
-            if state.nodes is None
-            else f"node {node_name} not found"
         )
         decision.reasons.extend(_inferred_misfit(pod, node_name, holders, bound_pvs))
         premium = any(_requests_any(h, policy.premium_resources) for h in holders)
@@ -209,22 +238,31 @@ def decide(pod: Mapping, state: ClusterState, policy: Policy) -> Decision:
     return decision
 
 
+def _read_only_everywhere(
+    pod: Mapping, claim: str, state: ClusterState, namespace: str, own_name: str | None
+) -> bool:
+    """The new pod and every other pod of the namespace that uses ``claim`` mount it read-only."""
+    if not mounts_read_only(pod, claim):
+        return False
+    return all(
+        mounts_read_only(p, claim)
+        for p in state.pods_mounting(namespace, claim)
+        if _meta(p).get("name") != own_name and not fit.is_terminal(p)
+    )
+
+
 def _attached_nodes(claims: Iterable[str], namespace: str, state: ClusterState) -> set[str]:
     """Nodes a claim's PV is attached to (a detach may still be in progress)."""
     if not state.volume_attachments:
         return set()
-    pv_names = {
-        _spec(pvc).get("volumeName")
-        for pvc in (state.pvc(namespace, c) for c in claims)
-        if pvc is not None
-    } - {None, ""}
-    return {
-        _spec(va).get("nodeName")
-        for va in state.volume_attachments
-        if ((_spec(va).get("source") or {}).get("persistentVolumeName") in pv_names)
-        and (va.get("status") or {}).get("attached") is True
-        and _spec(va).get("nodeName")
-    }
+    nodes: set[str] = set()
+    for claim in claims:
+        pvc = state.pvc(namespace, claim)
+        volume = _spec(pvc).get("volumeName") if pvc is not None else None
+        for va in state.attachments_of(volume):
+            if (va.get("status") or {}).get("attached") is True and _spec(va).get("nodeName"):
+                nodes.add(_spec(va)["nodeName"])
+    return nodes
 
 
 # --------------------------------------------------------------------------------------------------
@@ -294,25 +332,32 @@ def _inferred_misfit(
 # 7. the safe side
 
 
-def safe_side(pod: Mapping, known_pods: Iterable[Mapping], why: str) -> Decision:
+def safe_side(
+    pod: Mapping, known_pods: Iterable[Mapping], why: str, *, namespace: str | None = None
+) -> Decision:
     """When the state could not be gathered: never skip; pin to a holder's node if one is known.
 
-    ``known_pods`` is whatever is at hand (the pod reflector's cache, possibly empty).  All claims
-    count as exclusive: without the PVCs we cannot prove a claim is shared.
+    ``known_pods`` is whatever is at hand (the live view's last known pods, the pod reflector's
+    cache, possibly empty).  ``namespace`` is the hub's: KubeSpawner's manifest has no
+    ``metadata.namespace``, so the manifest's own field cannot be relied on.  All claims count as
+    exclusive: without the PVCs we cannot prove a claim is shared.
     """
-    namespace = _meta(pod).get("namespace")
+    namespace = namespace or _meta(pod).get("namespace")
     own_name = _meta(pod).get("name")
-    claims = pod_claims(pod)
+    claims = set(pod_claims(pod))
     holders = [
         p
         for p in known_pods
-        if _meta(p).get("namespace", namespace) == namespace
+        if (namespace is None or (_meta(p).get("namespace") or namespace) == namespace)
         and _meta(p).get("name") != own_name
         and holds_volume(p)
-        and set(pod_claims(p)) & set(claims)
+        and set(pod_claims(p)) & claims
     ]
+    holders = list({id(p): p for p in holders}.values())
     nodes = sorted({_spec(h)["nodeName"] for h in holders})
-    decision = Decision(COLOCATE, holder_pods=holders, claims=claims, verified=False, notes=[why])
+    decision = Decision(
+        COLOCATE, holder_pods=holders, claims=pod_claims(pod), verified=False, notes=[why]
+    )
     if len(nodes) == 1:
         decision.node, decision.pinned_by = nodes[0], "holders"
     elif not claims:

@@ -1,16 +1,16 @@
 """The reports of ``nebari-colocate explain`` and ``audit``, from plain objects.  (pure)
 
-The CLI gathers a :class:`Snapshot` from the Kubernetes API (camelCase dicts as the API returns
-them) and a :class:`~nebari_colocate.placement.Decision` from ``placement.decide``; the functions
-here turn them into a JSON-ready dict and into plain aligned text.  Quantities in the JSON are the
-integers the kube-scheduler compares: cpu in millicores, memory and ephemeral-storage in bytes,
-everything else in whole units.
+The CLI reads a :class:`~nebari_colocate.state.ClusterState` through
+:mod:`nebari_colocate.view` (camelCase dicts as the API returns them; its ``notes`` say what could
+not be read) and a :class:`~nebari_colocate.placement.Decision` from ``placement.decide``; the
+functions here turn them into a JSON-ready dict and into plain aligned text.  Quantities in the
+JSON are the integers the kube-scheduler compares: cpu in millicores, memory and
+ephemeral-storage in bytes, everything else in whole units.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
 from decimal import Decimal
 
 from . import fit, messages
@@ -22,8 +22,10 @@ from .placement import (
     claim_modes,
     holds_volume,
     is_exclusive,
+    mounts_read_only,
     pod_claims,
 )
+from .state import ClusterState
 
 SERVERNAME_LABEL = "hub.jupyter.org/servername"
 USER_POD_COMPONENT = "singleuser-server"
@@ -31,22 +33,6 @@ USER_POD_COMPONENT = "singleuser-server"
 EXPLAIN_POD_NAME = "nebari-colocate-explain"
 
 _RESOURCE_ORDER = ("cpu", "memory", "ephemeral-storage", "pods")
-
-
-@dataclass
-class Snapshot:
-    """What the CLI read from the API.  ``None`` means "not readable" (403)."""
-
-    namespace: str
-    pods: list[dict] = field(default_factory=list)  # the namespace's pods
-    pvcs: dict[str, dict] = field(default_factory=dict)  # claim name -> PVC of the namespace
-    nodes: dict[str, dict] | None = field(default_factory=dict)  # name -> Node (those read)
-    #: node name -> pods bound to it (every namespace when ``node_pods_complete``)
-    node_pods: dict[str, list[dict]] = field(default_factory=dict)
-    node_pods_complete: bool = True
-    volume_attachments: list[dict] | None = field(default_factory=list)
-    #: why something was not readable, and what it costs (shown under "Notes")
-    notes: list[str] = field(default_factory=list)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -283,7 +269,7 @@ def outcome_lines(decision: Decision, message: str) -> list[str]:
 def explain_report(
     username: str,
     label_value: str,
-    snapshot: Snapshot,
+    snapshot: ClusterState,
     *,
     server: str,
     pod: Mapping,
@@ -293,8 +279,10 @@ def explain_report(
 ) -> dict:
     """The JSON of ``nebari-colocate explain``: servers, claims, nodes, and the new server."""
     namespace = snapshot.namespace
-    own = user_pods(snapshot.pods, username, label_value)
-    claims = user_claims(own, snapshot.pvcs, username, label_value)
+    pvcs = snapshot.claims_of()
+    namespace_pods = snapshot.namespace_pods()
+    own = user_pods(namespace_pods, username, label_value)
+    claims = user_claims(own, pvcs, username, label_value)
     for claim in pod_claims(pod):
         if claim not in claims:
             claims.append(claim)
@@ -312,7 +300,7 @@ def explain_report(
 
     claim_rows = []
     for name in claims:
-        pvc = snapshot.pvcs.get(name)
+        pvc = pvcs.get(name)
         modes = claim_modes(pvc, policy)
         volume = _spec(pvc).get("volumeName") if pvc else None
         attached = (
@@ -328,7 +316,7 @@ def explain_report(
                 "exclusive": is_exclusive(modes),
                 "storage_class": _spec(pvc).get("storageClassName") if pvc else None,
                 "volume": volume or None,
-                "in_use_on": sorted(_holder_nodes(name, snapshot.pods)),
+                "in_use_on": sorted(_holder_nodes(name, namespace_pods)),
                 "attached_on": attached,
             }
         )
@@ -368,7 +356,7 @@ def explain_report(
     }
 
 
-def _node_row(name: str, snapshot: Snapshot, policy: Policy) -> dict:
+def _node_row(name: str, snapshot: ClusterState, policy: Policy) -> dict:
     row: dict = {
         "name": name,
         "readable": snapshot.nodes is not None,
@@ -386,7 +374,7 @@ def _node_row(name: str, snapshot: Snapshot, policy: Policy) -> dict:
         return row
     row["cordoned"] = bool(_spec(node).get("unschedulable"))
     row["premium"] = node_premium(node, policy.premium_resources)
-    row["headroom"] = node_headroom(node, snapshot.node_pods.get(name, []))
+    row["headroom"] = node_headroom(node, snapshot.pods_on_node(name))
     row["pods_counted"] = "all namespaces" if snapshot.node_pods_complete else "this namespace"
     return row
 
@@ -535,20 +523,23 @@ def _server_phrase(server: str) -> str:
 # audit
 
 
-def _claim_exclusive(name: str, snapshot: Snapshot, policy: Policy) -> bool:
-    return is_exclusive(claim_modes(snapshot.pvcs.get(name), policy))
+def _claim_exclusive(name: str, pvcs: Mapping[str, Mapping], pods, policy: Policy) -> bool:
+    """Exclusive as ``decide`` judges it: read-only everywhere counts for ReadOnlyMany."""
+    read_only = all(mounts_read_only(p, name) for p in pods if name in pod_claims(p))
+    return is_exclusive(claim_modes(pvcs.get(name), policy), read_only)
 
 
-def audit_report(snapshot: Snapshot, policy: Policy, *, deployment_mode_given: bool) -> dict:
+def audit_report(snapshot: ClusterState, policy: Policy, *, deployment_mode_given: bool) -> dict:
     """The JSON of ``nebari-colocate audit``.
 
     ``policy.storage_access_mode`` is the deployment's mode; RWO claims left in a ReadWriteMany
     deployment are listed only when it was given (``deployment_mode_given``) and is RWX.
     """
-    pods = snapshot.pods
+    pods = snapshot.namespace_pods()
+    pvcs = snapshot.claims_of()
     live = [p for p in pods if holds_volume(p)]
-    all_claims = sorted({c for p in pods for c in pod_claims(p)} | set(snapshot.pvcs))
-    exclusive = {c for c in all_claims if _claim_exclusive(c, snapshot, policy)}
+    all_claims = sorted({c for p in pods for c in pod_claims(p)} | set(pvcs))
+    exclusive = {c for c in all_claims if _claim_exclusive(c, pvcs, pods, policy)}
 
     # Users pinned by exclusive claims: their bound pods that mount one.
     pinned: dict[str, dict] = {}
@@ -574,8 +565,8 @@ def audit_report(snapshot: Snapshot, policy: Policy, *, deployment_mode_given: b
     rwo_claims = None
     if deployment_mode_given and policy.storage_access_mode == "ReadWriteMany":
         rwo_claims = []
-        for name in sorted(snapshot.pvcs):
-            pvc = snapshot.pvcs[name]
+        for name in sorted(pvcs):
+            pvc = pvcs[name]
             holders = [p for p in live if name in pod_claims(p)]
             users = {pod_user(pvc)} - {""}
             users.update(pod_user(p) for p in pods if name in pod_claims(p) and is_user_pod(p))
@@ -595,7 +586,7 @@ def audit_report(snapshot: Snapshot, policy: Policy, *, deployment_mode_given: b
     splits = []
     for name in sorted(exclusive):
         by_node = _holder_nodes(name, live)
-        pvc = snapshot.pvcs.get(name)
+        pvc = pvcs.get(name)
         volume = _spec(pvc).get("volumeName") if pvc else None
         attached = (
             _attached_nodes(volume, snapshot.volume_attachments)
@@ -627,7 +618,7 @@ def audit_report(snapshot: Snapshot, policy: Policy, *, deployment_mode_given: b
     }
 
 
-def _stranded_pods(live: list[dict], snapshot: Snapshot, policy: Policy) -> list[dict]:
+def _stranded_pods(live: list[dict], snapshot: ClusterState, policy: Policy) -> list[dict]:
     """User pods on premium nodes that request no premium resource (failure mode 2).
 
     Without Node access a node counts as premium only when a pod of the namespace bound to it

@@ -1,8 +1,8 @@
 """ColocatingKubeSpawner: KubeSpawner that knows about per-user volumes.
 
-The imperative shell around the pure core: it gathers the state, calls
-:func:`nebari_colocate.placement.decide`, and either merges the affinity into the pod manifest or
-refuses the spawn at once with a reason a person can act on.
+The imperative shell around the pure core: it reads the state through the live view
+(:mod:`nebari_colocate.view`), calls :func:`nebari_colocate.placement.decide`, and either merges
+the affinity into the pod manifest or refuses the spawn at once with a reason a person can act on.
 
 Where it hooks in (KubeSpawner 7, DESIGN section 3 and 10):
 
@@ -13,7 +13,8 @@ Where it hooks in (KubeSpawner 7, DESIGN section 3 and 10):
   check, e.g. a subclass changed it after ``load_user_options``).  The operator's
   ``modify_pod_hook`` still runs after it.
 - A class-level per-user lock serialises the check from ``load_user_options`` until the pod exists
-  in the pod reflector (or the spawn ends), so concurrent spawns of one user see each other.
+  in the pod reflector and the live view (or the spawn ends), so concurrent spawns of one user
+  see each other.
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ from .events import FAIL, EventVerdict, classify
 from .fit import pod_requests
 from .jupyterhub import JUPYTERHUB_MAJOR, ColocationRefused, uncount_refusal
 from .placement import REFUSE, SKIP, Decision, Policy, decide, safe_side
-from .state import load_from_api
+from .view import ClusterView, DirectReader, ViewNotLive, admitted_pod
 
 __all__ = ["JUPYTERHUB_MAJOR", "ColocatingKubeSpawner", "ColocationRefused"]
 
@@ -293,10 +294,11 @@ class ColocatingKubeSpawner(KubeSpawner):
         help="""
         The most seconds the pre-spawn check may wait on the Kubernetes API.  Past it the spawn
         proceeds on the safe side: the co-location affinity is still emitted (pinned to a
-        holder's node when one is known from the pod reflector), the hub log says why and
-        ``nebari_colocate_safe_side_total`` counts it.  Default: 5.  At least 0.25 (the check
-        makes up to four rounds of API requests); less is refused at hub start.  Keep it
-        well below ``start_timeout``: the check runs inside the start.
+        holder's node when one is known from the live view or the pod reflector), the hub log
+        says why and ``nebari_colocate_safe_side_total`` counts it.  Default: 5.  At least 0.25
+        (on the first check after hub start, or while the live view is not live, the check makes
+        up to four rounds of API requests); less is refused at hub start.  Keep it well below
+        ``start_timeout``: the check runs inside the start.
         """,
     )
 
@@ -396,6 +398,8 @@ class ColocatingKubeSpawner(KubeSpawner):
         #: the last refusal of this server, {"message", "html"}, until its next start (the home
         #: page nebari-colocate installs for jhub-apps shows it)
         self.colocation_failure: dict | None = None
+        #: seconds of the last check, the dry run's API round trip apart (benchmarks read it)
+        self.colocation_timings: dict[str, float] = {}
 
     def check_colocation_config(self) -> None:
         """Raise ColocationConfigError for settings that contradict each other."""
@@ -487,7 +491,9 @@ class ColocatingKubeSpawner(KubeSpawner):
         try:
             while time.monotonic() < deadline:
                 reflector = self.pod_reflector
-                if reflector is not None and key in reflector.pods:
+                view = ClusterView.shared(self.api.api_client, self.namespace)
+                seen = not view.live or view.has_pod(self.namespace, self.pod_name)
+                if reflector is not None and key in reflector.pods and seen:
                     return
                 if self._start_future is not None and self._start_future.done():
                     return
@@ -506,19 +512,75 @@ class ColocatingKubeSpawner(KubeSpawner):
             return None
         return list(reflector.pods.values())
 
-    async def colocation_decide(self, pod: dict) -> Decision:
-        """Gather the state and decide; any error or timeout takes the safe side."""
-        cached = self._reflector_pods()
-        started = time.perf_counter()
-        safe = False
+    def colocation_view(self) -> ClusterView:
+        """The live view of this hub's namespace, shared by every spawner (started lazily)."""
+        return ClusterView.shared(self.api.api_client, self.namespace)
+
+    async def _colocation_state(self, view: ClusterView, pod: dict):
+        """The state from the live view, or from direct reads while it is not live."""
         try:
-            state = await asyncio.wait_for(
-                load_from_api(
-                    self.api.api_client, pod, namespace=self.namespace, cached_pods=cached
-                ),
-                timeout=self.colocation_check_timeout,
+            return await view.state_for(pod, first_sync=self.colocation_check_timeout / 2)
+        except ViewNotLive as exc:
+            self.log.warning(
+                "colocate: the live view of namespace %s is not live (%s); reading the API "
+                "directly for %s",
+                self.namespace,
+                exc,
+                self.pod_name,
             )
-            decision = decide(pod, state, self.colocation_policy())
+            metrics.observe_view_fallback()
+            return await DirectReader(self.api.api_client, self.namespace).state_for(pod)
+
+    async def _admitted(self, pod: dict, deadline: float) -> dict | None:
+        """The pod after admission (server-side dry run), or None (logged) when refused."""
+        remaining = deadline - time.perf_counter()
+        try:
+            if remaining <= 0:
+                raise asyncio.TimeoutError()
+            admitted = await asyncio.wait_for(
+                admitted_pod(self.api.api_client, self.namespace, pod), timeout=remaining
+            )
+        except Exception as exc:
+            outcome = "failed" if isinstance(exc, asyncio.TimeoutError) else "refused"
+            metrics.observe_dry_run(outcome)
+            self.log.warning(
+                "colocate: dry run of pod %s %s (%s); judging the manifest as written",
+                self.pod_name,
+                "timed out" if outcome == "failed" else "refused",
+                f"{type(exc).__name__}: {exc}",
+            )
+            return None
+        metrics.observe_dry_run("admitted")
+        return admitted
+
+    async def colocation_decide(self, pod: dict) -> Decision:
+        """Gather the state and decide; any error or timeout takes the safe side.
+
+        A pinned decision is taken again on the pod as admitted (server-side dry run), so
+        RuntimeClass overhead, LimitRange defaults and webhooks are judged as the scheduler
+        will see them.
+        """
+        view = self.colocation_view()
+        started = time.perf_counter()
+        deadline = started + self.colocation_check_timeout
+        dry_run = 0.0
+        safe = False
+        policy = self.colocation_policy()
+        try:
+            # From memory when the view is live: no await, so no other task (a reflector's
+            # re-list, say) runs inside the check and nothing changes the view meanwhile.
+            state = view.state_now(pod)
+            if state is None:
+                state = await asyncio.wait_for(
+                    self._colocation_state(view, pod), timeout=self.colocation_check_timeout
+                )
+            decision = decide(pod, state, policy)
+            if decision.node is not None:
+                before = time.perf_counter()
+                admitted = await self._admitted(pod, deadline)
+                dry_run = time.perf_counter() - before
+                if admitted is not None:
+                    decision = decide(admitted, state, policy)
         except Exception as exc:
             why = (
                 f"state not gathered within {self.colocation_check_timeout}s "
@@ -532,13 +594,15 @@ class ColocatingKubeSpawner(KubeSpawner):
                 why,
                 exc_info=not isinstance(exc, asyncio.TimeoutError),
             )
-            decision = safe_side(pod, cached or [], why)
+            known = [*view.known_pods(pod), *(self._reflector_pods() or [])]
+            decision = safe_side(pod, known, why, namespace=self.namespace)
             safe = True
         elapsed = time.perf_counter() - started
+        self.colocation_timings = {"check": elapsed - dry_run, "dry_run": dry_run}
         metrics.observe_decision(decision, elapsed, safe_side=safe)
         line = messages.operator_line(decision, username=self.user.name, server_name=self.name)
         log = self.log.warning if decision.verdict == REFUSE or decision.warnings else self.log.info
-        log("%s seconds=%.3f", line, elapsed)
+        log("%s seconds=%.3f dry_run_seconds=%.3f", line, elapsed, dry_run)
         return decision
 
     def _refusal(self, decision: Decision, pod: dict) -> ColocationRefused:

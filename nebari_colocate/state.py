@@ -1,74 +1,176 @@
-"""ClusterState: the objects a decision needs, and the loaders that fill it.
+"""ClusterState: the objects a decision needs, as one immutable snapshot; and the YAML reader.
 
-Three sources: plain objects (tests, benchmarks), a YAML dump (``kubectl get ... -o yaml``, used by
-``nebari-colocate simulate``) and the Kubernetes API (the spawner, ``explain``).  Objects are kept
-as the camelCase dicts the API returns.
+Two sources fill it: plain objects (tests, benchmarks, a YAML dump read by ``nebari-colocate
+simulate``) and the live view of the cluster (:mod:`nebari_colocate.view`, the spawner,
+``explain`` and ``audit``).  Objects are kept as the camelCase dicts the API returns.  Every index
+is built once, in the constructor, and the snapshot is read-only afterwards (like kube-scheduler's
+``NewSnapshot``): a decision costs the user's pods and the pinned node's pods, not the cluster's.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 
 KINDS = ("Node", "Pod", "PersistentVolumeClaim", "PersistentVolume", "VolumeAttachment")
+
+_DEFAULT = object()
 
 
 class StateError(Exception):
     """The state could not be gathered or read; the message names the source and the problem."""
 
 
-@dataclass
+def _pod_key(pod: Mapping, namespace: str) -> str:
+    meta = pod.get("metadata") or {}
+    return f"{meta.get('namespace') or namespace}/{meta.get('name')}"
+
+
 class ClusterState:
-    """What ``decide`` sees.  ``None`` for nodes / volume_attachments means "not readable"."""
+    """What ``decide`` sees: an immutable snapshot, its indexes built once here.
 
-    pods: list[dict] = field(default_factory=list)
-    pvcs: dict[str, dict] = field(default_factory=dict)  # "namespace/name" -> PVC
-    pvs: dict[str, dict] = field(default_factory=dict)  # name -> PV
-    volume_attachments: list[dict] | None = field(default_factory=list)
-    nodes: dict[str, dict] | None = field(default_factory=dict)
-    #: the pods of *every* namespace on the pinned node are in ``pods``
-    node_pods_complete: bool = True
-    namespace: str = "default"
+    ``nodes`` / ``volume_attachments`` of ``None`` mean "not readable" (RBAC); the default is
+    readable and empty.  ``node_pods_complete``: the pods of *every* namespace on the nodes of
+    ``nodes`` are in ``pods`` (False when only the hub namespace's pods could be read).
+    ``notes``: what could not be read and why (facts for the operator, not sentences).
+    """
 
-    def _index(self) -> tuple[dict, dict]:
-        """Pods by ``namespace/claim`` and by node, built once per pod list (decide stays
-        proportional to the user's pods and the pinned node's pods, not the cluster's)."""
-        key = (id(self.pods), len(self.pods))
-        cached = self.__dict__.get("_index_cache")
-        if cached is not None and cached[0] == key:
-            return cached[1], cached[2]
+    __slots__ = (
+        "_attachments_by_pv",
+        "_by_claim",
+        "_by_node",
+        "_frozen",
+        "_requests_memo",
+        "_usage_memo",
+        "namespace",
+        "node_pods_complete",
+        "nodes",
+        "notes",
+        "pods",
+        "pvcs",
+        "pvs",
+        "volume_attachments",
+    )
+
+    def __init__(
+        self,
+        pods: Iterable[Mapping] = (),
+        pvcs: Mapping[str, Mapping] | None = None,
+        pvs: Mapping[str, Mapping] | None = None,
+        volume_attachments: Iterable[Mapping] | None = _DEFAULT,  # type: ignore[assignment]
+        nodes: Mapping[str, Mapping] | None = _DEFAULT,  # type: ignore[assignment]
+        *,
+        node_pods_complete: bool = True,
+        namespace: str = "default",
+        notes: Iterable[str] = (),
+    ) -> None:
+        set_ = object.__setattr__
+        set_(self, "namespace", namespace)
+        set_(self, "pods", tuple(pods))
+        set_(self, "pvcs", MappingProxyType(dict(pvcs or {})))  # "namespace/name" -> PVC
+        set_(self, "pvs", MappingProxyType(dict(pvs or {})))  # name -> PV
+        if volume_attachments is _DEFAULT:
+            volume_attachments = ()
+        set_(
+            self,
+            "volume_attachments",
+            None if volume_attachments is None else tuple(volume_attachments),
+        )
+        if nodes is _DEFAULT:
+            nodes = {}
+        set_(self, "nodes", None if nodes is None else MappingProxyType(dict(nodes)))
+        set_(self, "node_pods_complete", bool(node_pods_complete))
+        set_(self, "notes", tuple(notes))
+
         by_claim: dict[str, list[dict]] = {}
         by_node: dict[str, list[dict]] = {}
         for pod in self.pods:
             spec = pod.get("spec") or {}
-            namespace = (pod.get("metadata") or {}).get("namespace") or self.namespace
+            pod_namespace = (pod.get("metadata") or {}).get("namespace") or namespace
             for volume in spec.get("volumes") or []:
                 claim = (volume.get("persistentVolumeClaim") or {}).get("claimName")
                 if claim:
-                    by_claim.setdefault(f"{namespace}/{claim}", []).append(pod)
+                    entry = by_claim.setdefault(f"{pod_namespace}/{claim}", [])
+                    if not entry or entry[-1] is not pod:
+                        entry.append(pod)
             if spec.get("nodeName"):
                 by_node.setdefault(spec["nodeName"], []).append(pod)
-        self.__dict__["_index_cache"] = (key, by_claim, by_node)
-        return by_claim, by_node
+        by_pv: dict[str, list[dict]] = {}
+        for va in self.volume_attachments or ():
+            pv = ((va.get("spec") or {}).get("source") or {}).get("persistentVolumeName")
+            if pv:
+                by_pv.setdefault(pv, []).append(va)
+        set_(self, "_by_claim", {k: tuple(v) for k, v in by_claim.items()})
+        set_(self, "_by_node", {k: tuple(v) for k, v in by_node.items()})
+        set_(self, "_attachments_by_pv", {k: tuple(v) for k, v in by_pv.items()})
+        # Memos of values derived from the (immutable) pods: caches, never observable.
+        set_(self, "_requests_memo", {})
+        set_(self, "_usage_memo", {})
+        set_(self, "_frozen", True)
 
-    def pods_mounting(self, namespace: str, claim: str) -> list[dict]:
+    def __setattr__(self, name: str, value) -> None:
+        raise AttributeError(f"ClusterState is immutable: build a new one (replace({name}=...))")
+
+    def __repr__(self) -> str:
+        nodes = "unreadable" if self.nodes is None else len(self.nodes)
+        return (
+            f"ClusterState(namespace={self.namespace!r}, pods={len(self.pods)}, "
+            f"pvcs={len(self.pvcs)}, pvs={len(self.pvs)}, nodes={nodes})"
+        )
+
+    def replace(self, **changes) -> ClusterState:
+        """A new snapshot with some fields changed (its indexes built afresh)."""
+        fields = {
+            "pods": self.pods,
+            "pvcs": self.pvcs,
+            "pvs": self.pvs,
+            "volume_attachments": self.volume_attachments,
+            "nodes": self.nodes,
+            "node_pods_complete": self.node_pods_complete,
+            "namespace": self.namespace,
+            "notes": self.notes,
+        }
+        fields.update(changes)
+        return ClusterState(**fields)
+
+    # ----------------------------------------------------------------------------------------
+    # reads
+
+    def pods_mounting(self, namespace: str, claim: str) -> tuple[dict, ...]:
         """Pods of ``namespace`` with a volume of claim ``claim``."""
-        return self._index()[0].get(f"{namespace}/{claim}", [])
+        return self._by_claim.get(f"{namespace}/{claim}", ())
 
-    def pods_on_node(self, node_name: str) -> list[dict]:
-        """Pods (any namespace) with ``spec.nodeName == node_name``."""
-        return self._index()[1].get(node_name, [])
+    def pods_on_node(self, node_name: str) -> tuple[dict, ...]:
+        """Pods (of every namespace when ``node_pods_complete``) with ``spec.nodeName``."""
+        return self._by_node.get(node_name, ())
+
+    def namespace_pods(self, namespace: str | None = None) -> list[dict]:
+        """The pods of ``namespace`` (default: the snapshot's namespace)."""
+        namespace = namespace or self.namespace
+        return [
+            p
+            for p in self.pods
+            if ((p.get("metadata") or {}).get("namespace") or self.namespace) == namespace
+        ]
+
+    def claims_of(self, namespace: str | None = None) -> dict[str, dict]:
+        """Claim name -> PVC, for the PVCs of ``namespace`` (default: the snapshot's)."""
+        prefix = f"{namespace or self.namespace}/"
+        return {k[len(prefix) :]: v for k, v in self.pvcs.items() if k.startswith(prefix)}
+
+    def attachments_of(self, pv_name: str | None) -> tuple[dict, ...]:
+        """The VolumeAttachments of a PV (empty when unreadable)."""
+        return self._attachments_by_pv.get(pv_name, ()) if pv_name else ()
 
     def requests_of(self, pod: Mapping) -> Mapping[str, int]:
         """``fit.pod_requests`` of a pod of this state, computed once per pod."""
         from .fit import pod_requests
 
-        memo = self.__dict__.setdefault("_requests_memo", {})
+        memo = self._requests_memo
         entry = memo.get(id(pod))
         if entry is None or entry[0] is not pod:
             entry = memo[id(pod)] = (pod, pod_requests(pod))
@@ -77,21 +179,17 @@ class ClusterState:
     def node_usage(self, node_name: str, exclude: str | None = None) -> tuple[dict, int]:
         """(requests, pod count) of the non-terminal pods on a node, summed once per node;
         ``exclude`` (``namespace/name``) is a pod not to count (the one being replaced)."""
-        from .fit import node_usage
+        from .fit import is_terminal, node_usage
 
-        memo = self.__dict__.setdefault("_usage_memo", {})
-        key = (node_name, id(self.pods), len(self.pods))
-        if key not in memo:
-            memo[key] = node_usage(
+        memo = self._usage_memo
+        if node_name not in memo:
+            memo[node_name] = node_usage(
                 node_name, self.pods_on_node(node_name), requests_of=self.requests_of
             )
-        used, count = memo[key]
+        used, count = memo[node_name]
         if exclude is not None:
             for pod in self.pods_on_node(node_name):
-                meta = pod.get("metadata") or {}
-                if f"{meta.get('namespace')}/{meta.get('name')}" != exclude:
-                    continue
-                if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+                if _pod_key(pod, self.namespace) != exclude or is_terminal(pod):
                     continue
                 used = dict(used)
                 for name, value in self.requests_of(pod).items():
@@ -99,10 +197,10 @@ class ClusterState:
                 count -= 1
         return used, count
 
-    def pvc(self, namespace: str, name: str) -> dict | None:
+    def pvc(self, namespace: str, name: str) -> Mapping | None:
         return self.pvcs.get(f"{namespace}/{name}")
 
-    def bound_pv(self, namespace: str, claim: str) -> dict | None:
+    def bound_pv(self, namespace: str, claim: str) -> Mapping | None:
         pvc = self.pvc(namespace, claim)
         volume = ((pvc or {}).get("spec") or {}).get("volumeName")
         return self.pvs.get(volume) if volume else None
@@ -112,23 +210,28 @@ class ClusterState:
         cls, objects: Iterable[Mapping], *, namespace: str = "default", node_access: bool = True
     ) -> ClusterState:
         """Sort objects by kind; other kinds are ignored.  ``node_access=False`` drops Nodes."""
-        state = cls(namespace=namespace, nodes={} if node_access else None)
+        pods: list[dict] = []
+        pvcs: dict[str, dict] = {}
+        pvs: dict[str, dict] = {}
+        attachments: list[dict] = []
+        nodes: dict[str, dict] = {}
         for obj in objects:
             kind = obj.get("kind")
             meta = obj.get("metadata") or {}
             name = meta.get("name", "")
             if kind == "Pod":
-                state.pods.append(dict(obj))
+                pods.append(dict(obj))
             elif kind == "PersistentVolumeClaim":
-                state.pvcs[f"{meta.get('namespace') or namespace}/{name}"] = dict(obj)
+                pvcs[f"{meta.get('namespace') or namespace}/{name}"] = dict(obj)
             elif kind == "PersistentVolume":
-                state.pvs[name] = dict(obj)
+                pvs[name] = dict(obj)
             elif kind == "VolumeAttachment":
-                assert state.volume_attachments is not None
-                state.volume_attachments.append(dict(obj))
-            elif kind == "Node" and state.nodes is not None:
-                state.nodes[name] = dict(obj)
-        return state
+                attachments.append(dict(obj))
+            elif kind == "Node":
+                nodes[name] = dict(obj)
+        return cls(
+            pods, pvcs, pvs, attachments, nodes if node_access else None, namespace=namespace
+        )
 
 
 # --------------------------------------------------------------------------------------------------
@@ -361,161 +464,3 @@ def read_objects(path: str | Path) -> list[dict]:
     except InvalidObject as exc:
         raise StateError(f"{path}: {exc}") from None
     return [o for o in objects if o.get("kind") in KINDS]
-
-
-# --------------------------------------------------------------------------------------------------
-# Kubernetes API
-
-
-async def read_json(call, *args, **kwargs) -> dict:
-    """Call a kubernetes_asyncio method and return the raw camelCase JSON.
-
-    With ``_preload_content=False`` kubernetes_asyncio returns error responses instead of raising
-    (its status check runs only when it preloads), so check the status here.
-    """
-    from kubernetes_asyncio.client.exceptions import ApiException
-
-    response = await call(*args, _preload_content=False, **kwargs)
-    try:
-        body = await response.read()
-        if not 200 <= response.status <= 299:
-            raise ApiException(status=response.status, reason=response.reason)
-        return json.loads(body)
-    finally:
-        response.release()
-
-
-def _status(exc: BaseException) -> int | None:
-    return getattr(exc, "status", None)
-
-
-async def _optional(call, *args, **kwargs) -> dict | None:
-    """None for 404 (absent); ``PermissionError`` for 401/403 (not readable)."""
-    try:
-        return await read_json(call, *args, **kwargs)
-    except Exception as exc:
-        status = _status(exc)
-        if status == 404:
-            return None
-        if status in (401, 403):
-            raise PermissionError(str(status)) from exc
-        raise
-
-
-async def load_from_api(
-    api_client,
-    pod: Mapping,
-    *,
-    namespace: str,
-    cached_pods: Iterable[Mapping] | None = None,
-    read_cluster: bool = True,
-) -> ClusterState:
-    """Gather the state for one decision.
-
-    ``cached_pods``: the pod reflector's cache when it runs (saves the namespaced list call).
-    ``read_cluster``: try Nodes, PVs and VolumeAttachments (cluster-scoped; a 403 just marks them
-    unreadable).  Other API errors propagate: the caller takes the safe side.
-    """
-    from kubernetes_asyncio import client
-
-    from .placement import holds_volume, pod_claims
-
-    core = client.CoreV1Api(api_client)
-    storage = client.StorageV1Api(api_client)
-    state = ClusterState(namespace=namespace)
-
-    claims = pod_claims(pod)
-
-    async def read_claim(name: str) -> None:
-        try:
-            pvc = await _optional(core.read_namespaced_persistent_volume_claim, name, namespace)
-        except PermissionError:
-            pvc = None
-        if pvc is not None:
-            state.pvcs[f"{namespace}/{name}"] = pvc
-
-    async def read_pods() -> None:
-        if cached_pods is not None:
-            state.pods = [
-                p
-                for p in cached_pods
-                if p.get("metadata", {}).get("namespace") in (None, namespace)
-            ]
-        else:
-            listing = await read_json(core.list_namespaced_pod, namespace)
-            state.pods = listing.get("items") or []
-
-    await asyncio.gather(read_pods(), *(read_claim(c) for c in claims))
-
-    own = (pod.get("metadata") or {}).get("name")
-    holder_nodes = {
-        p["spec"]["nodeName"]
-        for p in state.pods
-        if holds_volume(p)
-        and p.get("metadata", {}).get("name") != own
-        and set(pod_claims(p)) & set(claims)
-    }
-    volume_names = {(pvc.get("spec") or {}).get("volumeName") for pvc in state.pvcs.values()} - {
-        None,
-        "",
-    }
-
-    if not read_cluster:
-        state.nodes, state.volume_attachments = None, None
-        return state
-
-    if not holder_nodes and volume_names:
-        try:
-            listing = await read_json(storage.list_volume_attachment)
-            state.volume_attachments = listing.get("items") or []
-        except Exception as exc:
-            if _status(exc) not in (401, 403):
-                raise
-            state.volume_attachments = None
-        holder_nodes = {
-            va["spec"].get("nodeName")
-            for va in state.volume_attachments or []
-            if (va.get("spec", {}).get("source") or {}).get("persistentVolumeName") in volume_names
-            and (va.get("status") or {}).get("attached") is True
-        } - {None}
-
-    if len(holder_nodes) != 1:
-        return state
-    (node_name,) = holder_nodes
-
-    async def read_node() -> None:
-        try:
-            node = await _optional(core.read_node, node_name)
-        except PermissionError:
-            state.nodes = None
-            return
-        if node is not None and state.nodes is not None:
-            state.nodes[node_name] = node
-
-    async def read_node_pods() -> None:
-        try:
-            listing = await read_json(
-                core.list_pod_for_all_namespaces, field_selector=f"spec.nodeName={node_name}"
-            )
-        except Exception as exc:
-            if _status(exc) not in (401, 403):
-                raise
-            state.node_pods_complete = False
-            return
-        seen = {(p["metadata"].get("namespace"), p["metadata"]["name"]) for p in state.pods}
-        for item in listing.get("items") or []:
-            if (item["metadata"].get("namespace"), item["metadata"]["name"]) not in seen:
-                state.pods.append(item)
-
-    async def read_pv(name: str) -> None:
-        try:
-            pv = await _optional(core.read_persistent_volume, name)
-        except PermissionError:
-            return
-        if pv is not None:
-            state.pvs[name] = pv
-
-    await asyncio.gather(read_node(), *(read_pv(v) for v in sorted(volume_names)))
-    if state.nodes is not None:
-        await read_node_pods()
-    return state

@@ -15,6 +15,8 @@ import logging
 
 import pytest
 
+from nebari_colocate.view import ClusterView
+
 pytestmark = pytest.mark.faults
 
 
@@ -68,6 +70,9 @@ async def test_a_frozen_apiserver_past_the_check_timeout_takes_the_safe_side_the
     await running_app(hub, node)
     lab = hub.make("alice")
     before = metric(SAFE_SIDE)
+    # A hub whose live view has not listed yet (just restarted): the check must ask the API.
+    # (A warm view answers from memory: tests/cluster/test_view.py.)
+    await ClusterView.stop_all(hub.namespace)
     with caplog.at_level(logging.WARNING):
         hub.plane.pause("apiserver")
         thaw = asyncio.ensure_future(later(3.0, hub.plane.resume, "apiserver"))
@@ -85,6 +90,9 @@ async def test_a_freeze_past_the_retry_timeout_ends_the_spawn_in_words(hub, capl
     await running_app(hub, node)  # the hub's reflectors run, as they do in a hub
     lab = hub.make("alice", k8s_api_request_retry_timeout=4)
     before = metric("nebari_colocate_api_faults_total", fault="timeout")
+    # A hub whose live view has not listed yet (just restarted): the check must ask the API.
+    # (A warm view answers from memory: tests/cluster/test_view.py.)
+    await ClusterView.stop_all(hub.namespace)
     with caplog.at_level(logging.WARNING):
         hub.plane.pause("apiserver")
         try:
@@ -204,6 +212,9 @@ async def test_two_seconds_of_latency_take_the_safe_side_and_the_spawn_starts(hu
     node = await one_user_on_one_node(hub)
     await running_app(hub, node)
     lab = hub.make("alice")
+    # A hub whose live view has not listed yet (just restarted): the check must ask the API.
+    # (A warm view answers from memory: tests/cluster/test_view.py.)
+    await ClusterView.stop_all(hub.namespace)
     hub.proxy.latency = 2.0
     before = metric(SAFE_SIDE)
     with caplog.at_level(logging.WARNING):

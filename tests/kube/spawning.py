@@ -90,8 +90,13 @@ def make_spawner(
 
 
 async def stop_reflectors(namespace: str) -> None:
-    """Stop the class-level reflectors KubeSpawner started for ``namespace``."""
+    """Stop the class-level reflectors KubeSpawner started for ``namespace``, and the live views
+    of nebari_colocate."""
     from kubespawner import KubeSpawner
+
+    from nebari_colocate.view import ClusterView
+
+    await ClusterView.stop_all(namespace)
 
     for key, reflector in list(KubeSpawner.reflectors.items()):
         if key[1] == namespace:

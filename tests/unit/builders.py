@@ -107,8 +107,11 @@ def pod(
     user: str | None = None,
     server: str | None = None,
     deleting: bool = False,
+    read_only: bool = False,
+    labels: Mapping[str, str] | None = None,
 ) -> dict:
-    """A Pod; ``user``/``server`` add the labels and annotations KubeSpawner writes."""
+    """A Pod; ``user``/``server`` add the labels and annotations KubeSpawner writes;
+    ``read_only`` mounts every claim ``readOnly``; ``labels`` are added as given."""
     metadata: dict = {"name": name}
     if namespace is not None:
         metadata["namespace"] = namespace
@@ -116,6 +119,8 @@ def pod(
         owner = {USERNAME_KEY: user, SERVERNAME_KEY: server or ""}
         metadata["labels"] = {"component": "singleuser-server", **owner}
         metadata["annotations"] = dict(owner)
+    if labels:
+        metadata["labels"] = {**metadata.get("labels", {}), **labels}
     if deleting:
         metadata["deletionTimestamp"] = "2026-01-01T00:00:00Z"
     if containers is None:
@@ -126,7 +131,13 @@ def pod(
     claims = list(claims)
     if claims:
         spec["volumes"] = [
-            {"name": f"v{i}", "persistentVolumeClaim": {"claimName": c}}
+            {
+                "name": f"v{i}",
+                "persistentVolumeClaim": {
+                    "claimName": c,
+                    **({"readOnly": True} if read_only else {}),
+                },
+            }
             for i, c in enumerate(claims)
         ]
     optional = {

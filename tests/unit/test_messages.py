@@ -446,3 +446,78 @@ def test_event_failure_names_the_server_by_its_display_name():
     )
     assert text == "Your server '<b>My App</b>' could not start: the image name is invalid."
     assert "<b>" not in html and "&lt;b&gt;My App&lt;/b&gt;" in html
+
+
+# holders that are not servers, and holders on a node that is gone
+
+BACKUP_JOB = "backup-claim-alice-29381"
+
+
+def backup_job(**kwargs) -> dict:
+    """A Job's pod mounting alice's home: no hub labels or annotations."""
+    return pod(
+        BACKUP_JOB,
+        claims=[HOME],
+        node_name="cpu-1",
+        phase="Running",
+        labels={"job-name": "backup"},
+        **kwargs,
+    )
+
+
+def alices_own_job() -> dict:
+    """A pod alice started herself (labelled with her name) that is not a server."""
+    return pod(
+        "alice-dask-worker",
+        claims=[HOME],
+        node_name="cpu-1",
+        phase="Running",
+        labels={"hub.jupyter.org/username": "alice", "component": "dask-worker"},
+    )
+
+
+@pytest.mark.parametrize(
+    "test_variation_id, holders, expect_present, expect_absent",
+    [
+        (
+            "a-job-pod-is-counted-as-a-pod-that-is-not-a-server",
+            [backup_job()],
+            ["1 other pod(s) that are not JupyterHub servers", "ask your administrator"],
+            [BACKUP_JOB, "other users", "stop the servers"],
+        ),
+        (
+            "the-users-own-non-server-pod-is-named-as-hers",
+            [alices_own_job()],
+            ["your pod(s) alice-dask-worker (not servers)", "wait for your other pods"],
+            ["other users", "not JupyterHub servers"],
+        ),
+        (
+            "a-server-and-a-job-pod",
+            [alice("pandas-app"), backup_job()],
+            ["'pandas-app'", "1 other pod(s) that are not JupyterHub servers", "stop 'pandas-app'"],
+            [BACKUP_JOB, "other users"],
+        ),
+    ],
+)
+def test_holders_that_are_not_servers_are_called_what_they_are(
+    test_variation_id, holders, expect_present, expect_absent
+):
+    new_pod = gpu_lab("")
+    decision = refusal(new_pod, pvc(HOME), *holders)
+    args = {"username": "alice", "server_name": "", "user_label": "alice"}
+    text = messages.user_message(decision, new_pod, **args)
+    html = messages.user_html(decision, new_pod, **args)
+    for fragment in expect_present:
+        assert fragment in text
+    for fragment in expect_absent:
+        assert fragment not in text
+        assert fragment not in html
+
+
+def test_a_holder_on_a_deleted_node_asks_for_an_administrator_not_to_stop_servers():
+    gone = alice("pandas-app", node_name="spot-7")
+    text, html = texts(alice("app", None), pvc(HOME), gone, server="app")
+    assert "node spot-7, which no longer exists" in text
+    assert "contact your administrator" in text
+    assert "or choose a profile" not in text
+    assert "no longer exists" in html

@@ -7,6 +7,7 @@ import pytest
 from nebari_colocate.placement import Policy, decide, safe_side
 
 from .builders import (
+    NAMESPACE,
     expr,
     gpu_node,
     name_is,
@@ -75,7 +76,34 @@ BASE = (node("cpu-1", labels=CPU), node("cpu-2", labels=CPU), gpu_node("gpu-1", 
     [
         ("no-claims", {"claims": []}, [lab()], Policy(), expect("skip")),
         ("rwx-claim", {}, [pvc(HOME, modes=[RWX]), lab()], Policy(), expect("skip")),
-        ("rox-claim", {}, [pvc(HOME, modes=[ROX]), lab()], Policy(), expect("skip")),
+        (
+            "rox-claim-mounted-read-only-everywhere-is-shared",
+            {"read_only": True},
+            [pvc(HOME, modes=[ROX]), lab(read_only=True)],
+            Policy(),
+            expect("skip"),
+        ),
+        (
+            "rox-claim-mounted-read-write-is-exclusive",
+            {},
+            [pvc(HOME, modes=[ROX]), lab(read_only=True)],
+            Policy(),
+            expect("colocate", "cpu-1", holders=["jupyter-alice"]),
+        ),
+        (
+            "rwo-and-rox-mounted-read-write-by-a-holder-is-exclusive",
+            {"read_only": True},
+            [pvc(HOME, modes=[RWO, ROX]), lab()],
+            Policy(),
+            expect("colocate", "cpu-1", holders=["jupyter-alice"]),
+        ),
+        (
+            "rwo-and-rox-mounted-read-only-everywhere-is-shared",
+            {"read_only": True},
+            [pvc(HOME, modes=[RWO, ROX]), lab(read_only=True)],
+            Policy(),
+            expect("skip"),
+        ),
         (
             "rwo-and-rwx-listed-counts-as-shared",
             {},
@@ -288,8 +316,7 @@ def test_split_attachment_names_the_nodes():
 
 
 def test_unreadable_volume_attachments_pin_nothing():
-    the_state = state(*BASE, pvc(HOME))
-    the_state.volume_attachments = None
+    the_state = state(*BASE, pvc(HOME)).replace(volume_attachments=None)
     assert outcome(decide(new_pod(), the_state, Policy())) == expect("colocate")
 
 
@@ -604,8 +631,18 @@ def test_without_node_access_a_pv_excluding_a_proven_label_is_refused(
     assert decision.verified is False
 
 
-def test_a_pinned_node_missing_from_the_state_is_unverified():
+def test_a_holder_on_a_deleted_node_is_refused_as_node_not_found_not_as_capacity():
     the_state = state(pvc(HOME), lab("gone-1"))
+    decision = decide(new_pod(), the_state, Policy())
+    assert outcome(decision) == expect(
+        "refuse", "gone-1", reasons=["node-not-found"], holders=["jupyter-alice"]
+    )
+    assert decision.verified is False
+    assert decision.fit is None
+
+
+def test_without_node_access_a_holders_node_is_not_judged_deleted():
+    the_state = state(pvc(HOME), lab("gone-1"), node_access=False)
     decision = decide(new_pod(), the_state, Policy())
     assert outcome(decision) == expect("colocate", "gone-1", holders=["jupyter-alice"])
     assert decision.verified is False
@@ -638,6 +675,31 @@ def test_safe_side_never_skips_a_mounted_claim_and_pins_to_a_known_holder(
     assert outcome(decision) == expect_result
     assert decision.verified is False
     assert decision.notes == ["API timed out"]
+
+
+@pytest.mark.parametrize(
+    "test_variation_id, known_pods, expect_result",
+    [
+        (
+            "holder-in-the-hub-namespace",
+            [lab()],
+            expect("colocate", "cpu-1", holders=["jupyter-alice"]),
+        ),
+        ("holder-in-another-namespace", [lab(namespace="prod")], expect("colocate")),
+        (
+            "a-job-pod-holding-the-claim",
+            [pod("backup-alice", claims=[HOME], node_name="cpu-2", phase="Running")],
+            expect("colocate", "cpu-2", holders=["backup-alice"]),
+        ),
+    ],
+)
+def test_safe_side_pins_a_manifest_without_namespace_to_a_holder_of_the_hub_namespace(
+    test_variation_id, known_pods, expect_result
+):
+    # KubeSpawner's manifest has no metadata.namespace: the hub's namespace is passed apart.
+    manifest = new_pod(namespace=None)
+    decision = safe_side(manifest, known_pods, "API timed out", namespace=NAMESPACE)
+    assert outcome(decision) == expect_result
 
 
 def test_an_attached_volume_of_a_shared_claim_pins_nothing():

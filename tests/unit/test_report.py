@@ -10,6 +10,7 @@ import yaml
 
 from nebari_colocate import cli, report
 from nebari_colocate.placement import Policy, decide
+from nebari_colocate.state import ClusterState
 
 from .builders import NAMESPACE, gpu_node, node, pod, pvc, running, state, volume_attachment
 
@@ -33,18 +34,11 @@ def labelled_only(obj: dict, label: str) -> dict:
     return obj
 
 
-def snapshot(*objects, nodes=True, attachments=True) -> report.Snapshot:
-    """A Snapshot of the namespace's pods and claims, the Nodes and VolumeAttachments given."""
-    snap = report.Snapshot(namespace=NAMESPACE)
-    snap.pods = [o for o in objects if o["kind"] == "Pod"]
-    snap.pvcs = {o["metadata"]["name"]: o for o in objects if o["kind"] == "PersistentVolumeClaim"}
-    snap.nodes = (
-        {o["metadata"]["name"]: o for o in objects if o["kind"] == "Node"} if nodes else None
-    )
-    snap.volume_attachments = (
-        [o for o in objects if o["kind"] == "VolumeAttachment"] if attachments else None
-    )
-    return snap
+def snapshot(*objects, nodes=True, attachments=True) -> ClusterState:
+    """The state the CLI reads: the namespace's pods and claims, the Nodes and VolumeAttachments
+    given (``False``: not readable)."""
+    the_state = state(*objects, node_access=nodes)
+    return the_state if attachments else the_state.replace(volume_attachments=None)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -228,7 +222,6 @@ def test_explain_report_of_a_refused_gpu_lab_names_only_the_users_own_servers():
     policy = Policy()
     decision = decide(lab, state(*objects), policy)
     snap = snapshot(*objects)
-    snap.node_pods = {"cpu-1": [app, other]}
     result = report.explain_report(
         "alice",
         "alice",

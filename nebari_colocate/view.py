@@ -1,0 +1,906 @@
+"""The live view of the cluster: the only module that talks to the Kubernetes API for the check,
+``explain`` and ``audit`` (see ``docs/decisions.md``, "What it reads").
+
+Two readers with one interface, ``await reader.state_for(pod)`` -> :class:`ClusterState`:
+
+- :class:`ClusterView`: watches shared by every spawner of the hub (one per event loop and
+  namespace, started lazily by the first check): every pod of the hub namespace (whatever its
+  labels: a backup Job's pod holds a claim as surely as a server does), the namespace's claims,
+  and where RBAC allows it Nodes, PersistentVolumes, VolumeAttachments and the pods of every
+  namespace.  Indexes by claim and by node are updated per watch event, so a check reads the
+  user's pods and the pinned node's pods, never the whole cache.  A collection whose watch broke
+  (connection error, API restart, 410 Gone) is re-listed; until it is live again the view is not
+  trusted and the check reads the API directly, which the log and a metric say.
+- :class:`DirectReader`: plain reads for one decision (the fallback, and ``explain`` / ``audit``,
+  which run once and need no watch).
+
+Objects are kept as the camelCase dicts the API returns; the view keeps of each pod only the
+fields a decision, a message or a report reads (:func:`slim_pod`), which keeps a hub watching
+10,000 pods small.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import random
+import sys
+import time
+from collections.abc import Callable, Iterable, Mapping
+from typing import ClassVar
+
+from . import metrics
+from .placement import holds_volume, pod_claims
+from .state import ClusterState
+
+log = logging.getLogger(__name__)
+
+#: reads RBAC may deny, as (verb, what) facts; the CLI and the log put them in words
+NODES_GET = ("get", "nodes")
+NODES_LIST = ("list", "nodes")
+PVS_GET = ("get", "persistentvolumes")
+ATTACHMENTS_LIST = ("list", "volumeattachments")
+ALL_PODS_LIST = ("list", "pods in all namespaces")
+
+
+class ApiError(Exception):
+    """An API answer that is not 2xx (``status`` and ``reason`` as kube-apiserver gave them)."""
+
+    def __init__(self, status: int, reason: str = "", what: str = ""):
+        super().__init__(f"{status} {reason}".strip() + (f" ({what})" if what else ""))
+        self.status = status
+        self.reason = reason
+
+
+def _status(exc: BaseException) -> int | None:
+    return getattr(exc, "status", None)
+
+
+def forbidden(exc: BaseException) -> bool:
+    return _status(exc) in (401, 403)
+
+
+async def read_json(call, *args, **kwargs) -> dict:
+    """Call a kubernetes_asyncio method and return the raw camelCase JSON.
+
+    With ``_preload_content=False`` kubernetes_asyncio returns error responses instead of raising
+    (its status check runs only when it preloads), so check the status here.
+    """
+    response = await call(*args, _preload_content=False, **kwargs)
+    try:
+        body = await response.read()
+        if not 200 <= response.status <= 299:
+            raise ApiError(response.status, response.reason or "")
+        return json.loads(body)
+    finally:
+        response.release()
+
+
+# --------------------------------------------------------------------------------------------------
+# what the view keeps of a pod
+
+
+class Shared:
+    """Keeps one copy of equal sub-objects of pods (a profile's containers and tolerations, a
+    user's volumes): thousands of pods of a few profiles then cost little memory.  The objects
+    are never changed after they are stored (the view and ClusterState only read them)."""
+
+    def __init__(self, limit: int = 20000):
+        self._limit = limit
+        self._cache: dict[str, object] = {}
+
+    def __call__(self, value):
+        if not value:
+            return value
+        key = json.dumps(value, sort_keys=True, separators=(",", ":"))
+        found = self._cache.get(key)
+        if found is None:
+            if len(self._cache) >= self._limit:
+                self._cache.clear()
+            found = self._cache[key] = value
+        return found
+
+
+def _slim_container(container: Mapping) -> dict:
+    kept = {"name": container.get("name")}
+    for key in ("resources", "restartPolicy"):
+        if key in container:
+            kept[key] = container[key]
+    return kept
+
+
+#: spec fields a decision reads, and whether equal values are kept once (``Shared``)
+_SPEC_KEPT = (
+    ("nodeName", False),
+    ("nodeSelector", True),
+    ("tolerations", True),
+    ("affinity", True),
+    ("overhead", True),
+    ("resources", True),
+    ("runtimeClassName", False),
+    ("priority", False),
+    ("schedulerName", False),
+)
+_META_KEPT = (
+    ("name", False),
+    ("namespace", False),
+    ("labels", True),
+    ("annotations", True),
+    ("deletionTimestamp", False),
+    ("resourceVersion", False),
+)
+
+
+def _no_share(value):
+    return value
+
+
+def slim_pod(pod: Mapping, share: Callable = _no_share) -> dict:
+    """The fields of a pod a decision, a message or a report reads: who owns it, where it is
+    bound, its claims, what it requests and how it selects nodes, and its phase.  (pure)
+
+    ``share`` (a :class:`Shared`) keeps equal sub-objects once across pods.
+    """
+    meta = pod.get("metadata") or {}
+    spec = pod.get("spec") or {}
+    slim_spec = {k: (share(spec[k]) if s else spec[k]) for k, s in _SPEC_KEPT if k in spec}
+    if isinstance(slim_spec.get("nodeName"), str):
+        slim_spec["nodeName"] = sys.intern(slim_spec["nodeName"])
+    volumes = [v for v in spec.get("volumes") or [] if "persistentVolumeClaim" in v]
+    if volumes:
+        slim_spec["volumes"] = share(volumes)
+    for key in ("containers", "initContainers"):
+        if spec.get(key):
+            slim_spec[key] = share([_slim_container(c) for c in spec[key]])
+    phase = (pod.get("status") or {}).get("phase")
+    slim_meta = {k: (share(meta[k]) if s else meta[k]) for k, s in _META_KEPT if k in meta}
+    return {
+        "kind": "Pod",
+        "metadata": slim_meta,
+        "spec": slim_spec,
+        "status": share({"phase": phase} if phase else {}),
+    }
+
+
+def slim_node(node: Mapping) -> dict:
+    """The fields of a Node the fit check and the reports read: name, labels, taints, cordon,
+    allocatable.  (pure)"""
+    meta = node.get("metadata") or {}
+    spec = node.get("spec") or {}
+    return {
+        "kind": "Node",
+        "metadata": {k: meta[k] for k in ("name", "labels", "resourceVersion") if k in meta},
+        "spec": {k: spec[k] for k in ("unschedulable", "taints") if k in spec},
+        "status": {"allocatable": (node.get("status") or {}).get("allocatable") or {}},
+    }
+
+
+async def list_all(method, *args, transform: Callable | None = None, page_size: int = 500):
+    """Every object of a collection, page by page (the parsed JSON of one page at a time, each
+    object passed through ``transform`` as it arrives); returns (objects, resourceVersion)."""
+    items: list[dict] = []
+    token = None
+    while True:
+        kwargs: dict = {"limit": page_size}
+        if token:
+            kwargs["_continue"] = token
+        listing = await read_json(method, *args, **kwargs)
+        for obj in listing.get("items") or []:
+            items.append(transform(obj) if transform else dict(obj))
+        meta = listing.get("metadata") or {}
+        token = meta.get("continue")
+        if not token:
+            return items, meta.get("resourceVersion")
+
+
+def _key(obj: Mapping) -> str:
+    meta = obj.get("metadata") or {}
+    namespace = meta.get("namespace")
+    return f"{namespace}/{meta.get('name')}" if namespace else str(meta.get("name"))
+
+
+# --------------------------------------------------------------------------------------------------
+# one watched collection
+
+
+class Collection:
+    """One collection kept by LIST, then WATCH from its resourceVersion; re-listed after a 410
+    or any error.  ``live`` only while listed and watching with no error since."""
+
+    #: seconds kube-apiserver keeps one WATCH open (it ends it; we watch again at once)
+    watch_timeout_seconds: ClassVar[int] = 300
+    #: seconds between attempts while the API fails, doubling up to ``max_backoff``
+    min_backoff: ClassVar[float] = 0.2
+    max_backoff: ClassVar[float] = 10.0
+    #: after a 403, ask again this much later (RBAC may be granted while the hub runs)
+    forbidden_retry_seconds: ClassVar[float] = 600.0
+    #: objects per page of a LIST
+    page_size: ClassVar[int] = 500
+    #: seconds without a byte on a WATCH after which its path counts as dead: kube-apiserver
+    #: sends a bookmark about every minute even when nothing changes
+    watch_idle_seconds: ClassVar[float] = 120.0
+
+    def __init__(
+        self,
+        name: str,
+        method: Callable,
+        args: tuple = (),
+        *,
+        transform: Callable[[Mapping], dict] | None = None,
+        on_change: Callable[[dict | None, dict | None], None] | None = None,
+        on_forbidden: Callable[[], None] | None = None,
+    ) -> None:
+        self.name = name
+        #: called on a 401/403 instead of asking again later (the collection stops)
+        self._on_forbidden = on_forbidden
+        self._method = method
+        self._args = args
+        self._transform = transform
+        self._on_change = on_change
+        self.items: dict[str, dict] = {}
+        self.live = False
+        self.forbidden = False
+        #: set once the first LIST answered (listed, or forbidden)
+        self.settled = asyncio.Event()
+        self.error: str | None = None
+        self.resyncs = 0
+        self.resource_version: str | None = None
+        self._task: asyncio.Task | None = None
+
+    def start(self) -> None:
+        if self._task is None or self._task.done():
+            self._task = asyncio.ensure_future(self._run())
+
+    async def stop(self) -> None:
+        task, self._task = self._task, None
+        self._set_live(False)
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(BaseException):
+                await task
+
+    def _set_live(self, live: bool) -> None:
+        if live != self.live:
+            self.live = live
+            metrics.observe_view_live(self.name, live)
+
+    def _put(self, obj: Mapping) -> None:
+        obj = self._transform(obj) if self._transform else dict(obj)
+        key = _key(obj)
+        old = self.items.get(key)
+        self.items[key] = obj
+        if self._on_change:
+            self._on_change(old, obj)
+
+    def _drop(self, obj: Mapping) -> None:
+        old = self.items.pop(_key(obj), None)
+        if old is not None and self._on_change:
+            self._on_change(old, None)
+
+    def _replace_all(self, items: Iterable[Mapping], transformed: bool = False) -> None:
+        fresh = {}
+        for obj in items:
+            if not transformed:
+                obj = self._transform(obj) if self._transform else dict(obj)
+            fresh[_key(obj)] = obj
+        old_items, self.items = self.items, fresh
+        if self._on_change:
+            for key, old in old_items.items():
+                if key not in fresh:
+                    self._on_change(old, None)
+            for key, obj in fresh.items():
+                self._on_change(old_items.get(key), obj)
+
+    async def _list(self) -> None:
+        # Pages keep the parsed JSON of a large collection small while it is slimmed.
+        items, version = await list_all(
+            self._method, *self._args, transform=self._transform, page_size=self.page_size
+        )
+        self._replace_all(items, transformed=True)
+        self.resource_version = version
+
+    async def _watch(self) -> None:
+        """One WATCH until the server ends it (normal) or it fails (raises)."""
+        import aiohttp
+
+        response = await self._method(
+            *self._args,
+            watch=True,
+            resource_version=self.resource_version,
+            allow_watch_bookmarks=True,
+            timeout_seconds=self.watch_timeout_seconds,
+            _request_timeout=aiohttp.ClientTimeout(
+                total=self.watch_timeout_seconds + 30, sock_read=self.watch_idle_seconds
+            ),
+            _preload_content=False,
+        )
+        try:
+            if response.status != 200:
+                raise ApiError(response.status, response.reason or "", f"watch {self.name}")
+            self._set_live(True)
+            buffer = b""
+            async for chunk in response.content.iter_any():
+                lines = (buffer + chunk).split(b"\n")
+                buffer = lines.pop()  # the start of the next event, or b""
+                for line in lines:
+                    if line.strip():
+                        self._event(json.loads(line))
+        finally:
+            response.release()
+
+    def _event(self, event: Mapping) -> None:
+        kind, obj = event.get("type"), event.get("object") or {}
+        version = (obj.get("metadata") or {}).get("resourceVersion")
+        if kind == "ERROR":
+            raise ApiError(obj.get("code") or 500, obj.get("reason") or "", obj.get("message", ""))
+        if kind in ("ADDED", "MODIFIED"):
+            self._put(obj)
+        elif kind == "DELETED":
+            self._drop(obj)
+        if version:
+            self.resource_version = version
+
+    async def _run(self) -> None:
+        backoff = self.min_backoff
+        need_list = True
+        while True:
+            try:
+                if need_list:
+                    await self._list()
+                    self.forbidden = False
+                    need_list = False
+                    self.settled.set()
+                await self._watch()
+                backoff = self.min_backoff  # the server ended the WATCH: watch again
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                self._set_live(False)
+                self.error = f"{type(exc).__name__}: {exc}"
+                if forbidden(exc):
+                    self.forbidden = True
+                    self._replace_all([])
+                    self.settled.set()
+                    if self._on_forbidden is not None:
+                        self._on_forbidden()
+                        return
+                    await asyncio.sleep(self.forbidden_retry_seconds)
+                    need_list = True
+                    continue
+                # 410 Gone (the version is compacted), an API restart, a dropped connection:
+                # whatever happened while we were away is unknown, so list again.
+                need_list = True
+                self.resyncs += 1
+                metrics.observe_view_resync(self.name)
+                log.warning(
+                    "colocate: watch of %s broke (%s); the live view is not trusted until it is "
+                    "listed again",
+                    self.name,
+                    self.error,
+                )
+                await asyncio.sleep(backoff * (1 + random.random() / 2))
+                backoff = min(backoff * 2, self.max_backoff)
+
+
+# --------------------------------------------------------------------------------------------------
+# indexes
+
+
+class _Index:
+    """key -> {object key: object}, kept up to date from a collection's changes."""
+
+    def __init__(self, keys_of: Callable[[Mapping], Iterable[str]]):
+        self._keys_of = keys_of
+        self.entries: dict[str, dict[str, dict]] = {}
+
+    def change(self, old: dict | None, new: dict | None) -> None:
+        if old is not None:
+            name = _key(old)
+            for key in self._keys_of(old):
+                bucket = self.entries.get(key)
+                if bucket is not None:
+                    bucket.pop(name, None)
+                    if not bucket:
+                        del self.entries[key]
+        if new is not None:
+            name = _key(new)
+            for key in self._keys_of(new):
+                self.entries.setdefault(key, {})[name] = new
+
+    def get(self, key: str) -> list[dict]:
+        return list((self.entries.get(key) or {}).values())
+
+
+def _claim_keys(pod: Mapping) -> list[str]:
+    namespace = (pod.get("metadata") or {}).get("namespace") or ""
+    return [f"{namespace}/{c}" for c in pod_claims(pod)]
+
+
+def _node_keys(pod: Mapping) -> list[str]:
+    node = (pod.get("spec") or {}).get("nodeName")
+    return [node] if node else []
+
+
+def _attachment_keys(va: Mapping) -> list[str]:
+    pv = (((va.get("spec") or {}).get("source")) or {}).get("persistentVolumeName")
+    return [pv] if pv else []
+
+
+def _pv_names(pvcs: Iterable[Mapping]) -> set[str]:
+    return {(p.get("spec") or {}).get("volumeName") for p in pvcs} - {None, ""}
+
+
+def _candidate_nodes(claims_pods: Iterable[Mapping], attachments: Iterable[Mapping]) -> set[str]:
+    """Nodes a decision may pin to: of the pods holding the claims, else of attachments."""
+    nodes = {(p.get("spec") or {}).get("nodeName") for p in claims_pods if holds_volume(p)}
+    if not nodes - {None}:
+        nodes = {
+            (va.get("spec") or {}).get("nodeName")
+            for va in attachments
+            if (va.get("status") or {}).get("attached") is True
+        }
+    return nodes - {None, ""}
+
+
+# --------------------------------------------------------------------------------------------------
+# direct reads
+
+
+class DirectReader:
+    """Plain API reads for one decision, or for ``explain`` / ``audit``.
+
+    ``denied`` collects the reads RBAC refused, as ``(verb, what)`` facts.
+    """
+
+    def __init__(self, api_client, namespace: str):
+        from kubernetes_asyncio import client
+
+        self.namespace = namespace
+        self.core = client.CoreV1Api(api_client)
+        self.storage = client.StorageV1Api(api_client)
+        self.denied: list[tuple[str, str]] = []
+        self.pods: list[dict] | None = None
+        self.pvcs: dict[str, dict] | None = None
+
+    def _deny(self, fact: tuple[str, str]) -> None:
+        if fact not in self.denied:
+            self.denied.append(fact)
+
+    async def _optional(self, fact, call, *args, **kwargs) -> dict | None:
+        """None for 404 or when RBAC refuses (noted in ``denied``)."""
+        try:
+            return await read_json(call, *args, **kwargs)
+        except Exception as exc:
+            if _status(exc) == 404:
+                return None
+            if forbidden(exc):
+                self._deny(fact)
+                return None
+            raise
+
+    async def read_namespace(self) -> None:
+        """The namespace's pods and claims (errors propagate: nothing works without them)."""
+        if self.pods is not None:
+            return
+        shared = Shared()
+        (pods, _), (pvcs, _) = await asyncio.gather(
+            list_all(
+                self.core.list_namespaced_pod,
+                self.namespace,
+                transform=lambda p: slim_pod(p, shared),
+            ),
+            list_all(self.core.list_namespaced_persistent_volume_claim, self.namespace),
+        )
+        self.pods = pods
+        self.pvcs = {
+            f"{self.namespace}/{(p.get('metadata') or {}).get('name')}": dict(
+                p, kind="PersistentVolumeClaim"
+            )
+            for p in pvcs
+        }
+
+    async def attachments(self) -> list[dict] | None:
+        listing = await self._optional(ATTACHMENTS_LIST, self.storage.list_volume_attachment)
+        return None if listing is None else listing.get("items") or []
+
+    async def state_for(
+        self,
+        pod: Mapping,
+        *,
+        extra_claims: Iterable[str] = (),
+        extra_nodes: Iterable[str] = (),
+    ) -> ClusterState:
+        """The state for deciding on ``pod`` (and, for ``explain``, on the user's other claims
+        and nodes): the namespace's pods and claims, the claims' PVs and attachments, the node
+        they pin to with every pod bound there."""
+        await self.read_namespace()
+        assert self.pods is not None and self.pvcs is not None
+        claims = list(dict.fromkeys([*pod_claims(pod), *extra_claims]))
+        own = [self.pvcs[k] for c in claims if (k := f"{self.namespace}/{c}") in self.pvcs]
+        volumes = _pv_names(own)
+        claimers = [p for p in self.pods if set(pod_claims(p)) & set(claims)]
+        attachments: list[dict] | None = []
+        holders = _candidate_nodes(claimers, [])
+        if volumes and (not holders or extra_claims):
+            attachments = await self.attachments()
+        attachments_of = [
+            va
+            for va in attachments or []
+            if ((va.get("spec") or {}).get("source") or {}).get("persistentVolumeName") in volumes
+        ]
+        names = sorted(_candidate_nodes(claimers, attachments_of) | set(extra_nodes))
+        nodes: dict[str, dict] | None = {}
+        for name in names:
+            node = await self._optional(NODES_GET, self.core.read_node, name)
+            if NODES_GET in self.denied:
+                nodes = None
+                break
+            if node is not None:
+                nodes[name] = node
+        pvs = {}
+        for volume in sorted(volumes):
+            pv = await self._optional(PVS_GET, self.core.read_persistent_volume, volume)
+            if pv is not None:
+                pvs[volume] = pv
+        pods = list(self.pods)
+        complete = True
+        if nodes:
+            seen = {_key(p) for p in pods}
+            for name in sorted(nodes):
+                listing = await self._optional(
+                    ALL_PODS_LIST,
+                    self.core.list_pod_for_all_namespaces,
+                    field_selector=f"spec.nodeName={name}",
+                )
+                if listing is None:
+                    complete = False
+                    break
+                for item in listing.get("items") or []:
+                    if _key(item) not in seen:
+                        pods.append(slim_pod(item))
+        return ClusterState(
+            pods,
+            self.pvcs,
+            pvs,
+            attachments,
+            nodes,
+            node_pods_complete=complete,
+            namespace=self.namespace,
+        )
+
+    async def everything(self) -> ClusterState:
+        """For ``audit``: the namespace's pods and claims, every Node and VolumeAttachment."""
+        await self.read_namespace()
+        listing, attachments = await asyncio.gather(
+            self._optional(NODES_LIST, self.core.list_node), self.attachments()
+        )
+        nodes = None
+        if listing is not None:
+            nodes = {(n.get("metadata") or {}).get("name", ""): n for n in listing["items"] or []}
+        assert self.pods is not None
+        return ClusterState(
+            self.pods,
+            self.pvcs,
+            {},
+            attachments,
+            nodes,
+            node_pods_complete=False,
+            namespace=self.namespace,
+        )
+
+
+# --------------------------------------------------------------------------------------------------
+# the live view
+
+
+class _Gathered:
+    """What a check reads from the view, before the snapshot is built."""
+
+    def __init__(self) -> None:
+        self.pods: dict[str, dict] = {}
+        self.pvcs: dict[str, dict] = {}
+        self.pvs: dict[str, dict] = {}
+        self.attachments: list[dict] | None = []
+        self.nodes: dict[str, dict] | None = {}
+        self.complete = True
+        #: nodes a watch does not have (just created, or deleted): ask the API
+        self.missing_nodes: list[str] = []
+        #: the pinned node whose pods of other namespaces need one field-selector LIST
+        self.node_pods_from: str | None = None
+
+    def state(self, namespace: str) -> ClusterState:
+        return ClusterState(
+            self.pods.values(),
+            self.pvcs,
+            self.pvs,
+            self.attachments,
+            self.nodes,
+            node_pods_complete=self.complete,
+            namespace=namespace,
+        )
+
+
+class ViewNotLive(Exception):
+    """The view cannot be trusted now (a watch is broken or not listed yet)."""
+
+
+class ClusterView:
+    """Watches of one namespace (and of what RBAC lets it see cluster-wide), shared by every
+    spawner of the hub in one event loop.  Get it with :meth:`shared`."""
+
+    _views: ClassVar[dict[tuple[int, str], ClusterView]] = {}
+    #: seconds the first check waits for the first LISTs before reading the API directly
+    first_sync_seconds: ClassVar[float] = 2.0
+
+    @classmethod
+    def shared(cls, api_client, namespace: str) -> ClusterView:
+        """The view of ``namespace`` for the running event loop (created on first use)."""
+        loop = asyncio.get_running_loop()
+        key = (id(loop), namespace)
+        view = cls._views.get(key)
+        if view is None or view._loop is not loop or view._closed:
+            view = cls._views[key] = cls(api_client, namespace)
+        return view
+
+    @classmethod
+    async def stop_all(cls, namespace: str | None = None) -> None:
+        """Stop the shared views (of ``namespace``, or all): tests and benchmarks."""
+        for key, view in list(cls._views.items()):
+            if namespace is None or key[1] == namespace:
+                cls._views.pop(key, None)
+                await view.stop()
+
+    def __init__(self, api_client, namespace: str) -> None:
+        from kubernetes_asyncio import client
+
+        self.namespace = namespace
+        self.api_client = api_client
+        self._loop = asyncio.get_running_loop()
+        self._closed = False
+        core = client.CoreV1Api(api_client)
+        storage = client.StorageV1Api(api_client)
+        self.core = core
+        self.by_claim = _Index(_claim_keys)
+        self.by_node = _Index(_node_keys)
+        self.attachments_by_pv = _Index(_attachment_keys)
+
+        shared = Shared()
+
+        def slim(pod):
+            return slim_pod(pod, shared)
+
+        def pods_changed(old, new):
+            self.by_claim.change(old, new)
+            self.by_node.change(old, new)
+
+        def with_kind(kind):
+            return lambda obj: dict(obj, kind=kind)
+
+        # Every pod of the cluster when RBAC allows it (the pinned node's pods of other
+        # namespaces count toward its capacity), else the namespace's pods.
+        self.all_pods = Collection(
+            "pods (all namespaces)",
+            core.list_pod_for_all_namespaces,
+            transform=slim,
+            on_change=pods_changed,
+            on_forbidden=self._namespace_pods_only,
+        )
+        self.ns_pods = Collection(
+            f"pods ({namespace})",
+            core.list_namespaced_pod,
+            (namespace,),
+            transform=slim,
+            on_change=pods_changed,
+        )
+        self.pvcs = Collection(
+            f"persistentvolumeclaims ({namespace})",
+            core.list_namespaced_persistent_volume_claim,
+            (namespace,),
+            transform=with_kind("PersistentVolumeClaim"),
+        )
+        self.nodes = Collection("nodes", core.list_node, transform=slim_node)
+        self.pvs = Collection(
+            "persistentvolumes",
+            core.list_persistent_volume,
+            transform=with_kind("PersistentVolume"),
+        )
+        self.attachments = Collection(
+            "volumeattachments",
+            storage.list_volume_attachment,
+            transform=with_kind("VolumeAttachment"),
+            on_change=self.attachments_by_pv.change,
+        )
+        self._started = False
+        #: whether a field-selector LIST of pods of all namespaces is allowed (None: unknown)
+        self._node_pods_listable: bool | None = None
+
+    # ----------------------------------------------------------------------------------------
+    # lifecycle
+
+    def start(self) -> None:
+        """Start the watches (idempotent; the first check calls it)."""
+        if self._started:
+            return
+        self._started = True
+        for collection in (self.all_pods, self.pvcs, self.nodes, self.pvs, self.attachments):
+            collection.start()
+
+    def _namespace_pods_only(self) -> None:
+        """Pods of all namespaces may not be listed or watched: watch the namespace's."""
+        if not self._closed:
+            self.ns_pods.start()
+
+    async def stop(self) -> None:
+        self._closed = True
+        for collection in self._collections():
+            await collection.stop()
+
+    def _collections(self) -> list[Collection]:
+        return [self.all_pods, self.ns_pods, self.pvcs, self.nodes, self.pvs, self.attachments]
+
+    @property
+    def pods(self) -> Collection:
+        """The pod collection in use."""
+        return self.ns_pods if self.all_pods.forbidden else self.all_pods
+
+    def problems(self) -> list[str]:
+        """Why the view is not live now (empty when it is)."""
+        if not self._started:
+            return ["not started"]
+        found = []
+        if not (self.all_pods.live or self.ns_pods.live):
+            found.append(f"{self.pods.name}: {self.pods.error or 'not listed yet'}")
+        for collection in (self.pvcs, self.nodes, self.pvs, self.attachments):
+            if collection.forbidden:
+                continue
+            if not collection.live:
+                found.append(f"{collection.name}: {collection.error or 'not listed yet'}")
+        return found
+
+    @property
+    def live(self) -> bool:
+        return not self.problems()
+
+    async def wait_live(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds for every watch to be listed and live."""
+        deadline = time.monotonic() + timeout
+        while not self.live:
+            if time.monotonic() >= deadline:
+                return False
+            await asyncio.sleep(0.02)
+        return True
+
+    def has_pod(self, namespace: str, name: str) -> bool:
+        return f"{namespace}/{name}" in self.pods.items
+
+    def known_pods(self, pod: Mapping) -> list[dict]:
+        """What the view last knew of the pods using ``pod``'s claims, live or not (the safe
+        side pins to a known holder's node rather than to none)."""
+        return [p for c in pod_claims(pod) for p in self.by_claim.get(f"{self.namespace}/{c}")]
+
+    # ----------------------------------------------------------------------------------------
+    # reads
+
+    async def state_for(self, pod: Mapping, *, first_sync: float | None = None) -> ClusterState:
+        """The state for deciding on ``pod`` from the watches; :class:`ViewNotLive` when they
+        cannot be trusted (the caller reads the API directly)."""
+        self.start()
+        if not self.live:
+            wait = self.first_sync_seconds if first_sync is None else first_sync
+            if not await self.wait_live(wait):
+                raise ViewNotLive("; ".join(self.problems()))
+        gathered = self._gather(pod)
+        for name in gathered.missing_nodes:
+            node = await self._confirm_node(name)
+            if node is not None:
+                gathered.nodes[name] = node  # type: ignore[index]
+        if gathered.node_pods_from is not None:
+            gathered.complete = await self._add_node_pods(gathered.node_pods_from, gathered.pods)
+        return gathered.state(self.namespace)
+
+    def state_now(self, pod: Mapping) -> ClusterState | None:
+        """The state from memory alone, without yielding to the event loop (so nothing changes
+        the view while the check reads it); None when the view is not live or the check needs an
+        API request (a node the watch does not have, the node's pods by a field-selector LIST)."""
+        if not self._started or not self.live:
+            return None
+        gathered = self._gather(pod)
+        if gathered.missing_nodes or gathered.node_pods_from is not None:
+            return None
+        return gathered.state(self.namespace)
+
+    def _gather(self, pod: Mapping) -> _Gathered:
+        namespace = self.namespace
+        gathered = _Gathered()
+        pods = gathered.pods
+        for claim in pod_claims(pod):
+            for p in self.by_claim.get(f"{namespace}/{claim}"):
+                pods[_key(p)] = p
+            pvc = self.pvcs.items.get(f"{namespace}/{claim}")
+            if pvc is not None:
+                gathered.pvcs[f"{namespace}/{claim}"] = pvc
+        volumes = _pv_names(gathered.pvcs.values())
+        if self.attachments.forbidden:
+            gathered.attachments = None
+        else:
+            gathered.attachments = [
+                va for v in sorted(volumes) for va in self.attachments_by_pv.get(v)
+            ]
+        if not self.pvs.forbidden:
+            gathered.pvs = {v: self.pvs.items[v] for v in volumes if v in self.pvs.items}
+        candidates = _candidate_nodes(pods.values(), gathered.attachments or [])
+        if self.nodes.forbidden:
+            gathered.nodes = None
+            return gathered
+        for name in sorted(candidates):
+            node = self.nodes.items.get(name)
+            if node is None:
+                gathered.missing_nodes.append(name)
+            else:
+                gathered.nodes[name] = node  # type: ignore[index]
+            for p in self.by_node.get(name):
+                pods[_key(p)] = p
+        if (
+            self.all_pods.forbidden
+            and len(candidates) == 1
+            and self._node_pods_listable is not False
+        ):
+            gathered.node_pods_from = next(iter(candidates))
+        elif self.all_pods.forbidden and candidates:
+            gathered.complete = False
+        return gathered
+
+    async def _confirm_node(self, name: str) -> dict | None:
+        """A node the watch does not have: just created (the watch lags) or deleted.  Ask."""
+        try:
+            return dict(await read_json(self.core.read_node, name), kind="Node")
+        except Exception as exc:
+            if _status(exc) == 404:
+                return None
+            raise
+
+    async def _add_node_pods(self, node: str, pods: dict[str, dict]) -> bool:
+        """The pinned node's pods of other namespaces, by one field-selector LIST (when only the
+        namespace is watched); False when RBAC does not allow it."""
+        if self._node_pods_listable is False:
+            return False
+        try:
+            listing = await read_json(
+                self.core.list_pod_for_all_namespaces, field_selector=f"spec.nodeName={node}"
+            )
+        except Exception as exc:
+            if not forbidden(exc):
+                raise
+            self._node_pods_listable = False
+            return False
+        self._node_pods_listable = True
+        for item in listing.get("items") or []:
+            slim = slim_pod(item)
+            pods.setdefault(_key(slim), slim)
+        return True
+
+
+async def admitted_pod(api_client, namespace: str, pod: Mapping) -> dict:
+    """The pod as kube-apiserver would admit it: a server-side dry-run create (``dryRun=All``,
+    which ``create`` on pods allows) runs the admission chain (RuntimeClass overhead and
+    scheduling, LimitRange defaults, default tolerations, mutating webhooks) and stores nothing.
+
+    Sent under ``generateName`` so a pod of the same name that still exists (a restart replaces
+    it) does not make it fail; the name is put back on the answer.  Errors propagate.
+    """
+    from kubernetes_asyncio import client
+
+    meta = dict(pod.get("metadata") or {})
+    name = meta.pop("name", None)
+    if name:
+        meta["generateName"] = f"{name[:52]}-"
+    body = {**pod, "apiVersion": "v1", "kind": "Pod", "metadata": meta}
+    core = client.CoreV1Api(api_client)
+    answer = await read_json(core.create_namespaced_pod, namespace, body, dry_run="All")
+    answer_meta = answer.setdefault("metadata", {})
+    answer_meta.pop("generateName", None)
+    if name:
+        answer_meta["name"] = name
+    return answer

@@ -1,0 +1,305 @@
+"""The live view (nebari_colocate.view) against the real kube-apiserver and kube-scheduler.
+
+Every holder is seen (a Job's pod, not only servers), the safe side pins on an API freeze, a view
+whose watch broke is not trusted and lists again once the API is back, and a pinned pod is judged
+as admitted (RuntimeClass overhead).  Faults are injected on loopback only: SIGSTOP / SIGCONT to
+the kube-apiserver the fixture started, and a TCP proxy on 127.0.0.1 that drops connections.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from nebari_colocate.spawner import ColocationRefused
+from nebari_colocate.view import ClusterView
+
+from .test_spawner_cluster import grant_z2jh_hub_role, metric, pod_of
+
+
+async def wait_until(predicate, timeout: float = 20.0, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what} not reached within {timeout} s")
+        await asyncio.sleep(0.05)
+
+
+async def manifest_of(spawner) -> dict:
+    """KubeSpawner's own manifest (what the check judges), with the profile applied."""
+    from kubespawner import KubeSpawner
+
+    await KubeSpawner.load_user_options(spawner)
+    return spawner._serialize(await KubeSpawner.get_pod_manifest(spawner))
+
+
+async def job_pod_holding(kube, claim: str, node: str, name: str = "backup-alice") -> dict:
+    """A pod that is no server (a backup Job's) mounting ``claim``, bound to ``node``."""
+    body = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "labels": {"job-name": "backup"}},
+        "spec": {
+            "nodeName": node,
+            "containers": [
+                {
+                    "name": "backup",
+                    "image": "restic/restic",
+                    "volumeMounts": [{"name": "home", "mountPath": "/data"}],
+                }
+            ],
+            "volumes": [{"name": "home", "persistentVolumeClaim": {"claimName": claim}}],
+            "terminationGracePeriodSeconds": 0,
+        },
+    }
+    await kube.core.create_namespaced_pod(kube.namespace, body)
+    return body
+
+
+async def test_a_job_pod_holding_the_claim_pins_the_next_server_with_only_the_z2jh_role(
+    kube, spawners
+):
+    await kube.create_node("node-a", cpu="16")  # the scheduler alone would choose node-a
+    await kube.create_node("node-b", cpu="2")
+    await kube.create_bound_claim("claim-alice")
+    await kube.create_bound_claim("claim-bob")
+    await grant_z2jh_hub_role(kube, "hub")
+    await spawners.use_credentials(kube.user_kubeconfig("hub"))
+
+    # Warm: KubeSpawner's reflector and the live view are running before the Job's pod exists.
+    bob = spawners.make("bob")
+    await spawners.start(bob)
+    view = bob.colocation_view()
+    await wait_until(lambda: view.live, what="the live view")
+    assert view.nodes.forbidden and view.all_pods.forbidden  # the hub Role only
+
+    await job_pod_holding(kube, "claim-alice", "node-b")
+    await wait_until(lambda: view.has_pod(kube.namespace, "backup-alice"), what="the job pod")
+    assert f"{kube.namespace}/backup-alice" not in bob.pod_reflector.pods  # servers only there
+
+    lab = spawners.make("alice")
+    await spawners.start(lab)
+    assert (await pod_of(kube, lab))["spec"]["nodeName"] == "node-b"
+    decision = lab._colocation_decision
+    assert decision.node == "node-b" and decision.pinned_by == "holders"
+    assert decision.holders == ["backup-alice"]
+
+
+def _stop(pid: int) -> None:
+    os.kill(pid, signal.SIGSTOP)
+
+
+def _cont(pid: int) -> None:
+    os.kill(pid, signal.SIGCONT)
+
+
+async def test_an_api_freeze_with_a_known_holder_pins(kube, spawners, caplog):
+    await kube.create_node("node-a", cpu="16")
+    await kube.create_node("node-b", cpu="4")
+    await kube.create_bound_claim("claim-alice")
+    lab = spawners.make("alice", node_selector={"kubernetes.io/hostname": "node-b"})
+    await spawners.start(lab)
+    app = spawners.make("alice", "app", colocation_check_timeout=1.0)
+    manifest = await manifest_of(app)
+    assert not (manifest.get("metadata") or {}).get("namespace")  # as KubeSpawner writes it
+    view = app.colocation_view()
+    await wait_until(lambda: view.live, what="the live view")
+
+    pid = kube.control_plane.pids["apiserver"]
+    safe_before = metric("nebari_colocate_safe_side_total")
+    _stop(pid)
+    try:
+        # The view is warm: it decides without the API; the dry run cannot answer in time.
+        with caplog.at_level(logging.WARNING):
+            warm = await app.colocation_decide(manifest)
+        assert (warm.verdict, warm.node) == ("colocate", "node-b")
+        assert any("dry run of pod" in r.getMessage() for r in caplog.records)
+
+        # A view that has not listed yet (a restarted hub) cannot help: the safe side must pin
+        # from what is known (KubeSpawner's reflector cache) although the manifest has no
+        # namespace.
+        await ClusterView.stop_all(kube.namespace)
+        cold = await app.colocation_decide(manifest)
+    finally:
+        _cont(pid)
+    assert metric("nebari_colocate_safe_side_total") == safe_before + 1
+    assert (cold.verdict, cold.node, cold.verified) == ("colocate", "node-b", False)
+    assert cold.holders == [lab.pod_name]
+
+
+class Proxy:
+    """A TCP proxy on 127.0.0.1 to the kube-apiserver that can drop every connection and
+    refuse new ones (a broken network path, as the hub sees an API restart)."""
+
+    def __init__(self, target_port: int):
+        self.target_port = target_port
+        self.broken = False
+        self.port = 0
+        self._server: asyncio.AbstractServer | None = None
+        self._writers: set[asyncio.StreamWriter] = set()
+
+    async def start(self) -> None:
+        self._server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
+        self.port = self._server.sockets[0].getsockname()[1]
+
+    async def _pipe(self, reader, writer) -> None:
+        with contextlib.suppress(Exception):
+            while data := await reader.read(65536):
+                writer.write(data)
+                await writer.drain()
+        with contextlib.suppress(Exception):
+            writer.close()
+
+    async def _handle(self, reader, writer) -> None:
+        if self.broken:
+            writer.close()
+            return
+        up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.target_port)
+        self._writers |= {writer, up_writer}
+        try:
+            await asyncio.gather(self._pipe(reader, up_writer), self._pipe(up_reader, writer))
+        finally:
+            self._writers -= {writer, up_writer}
+
+    def break_(self) -> None:
+        self.broken = True
+        for writer in list(self._writers):
+            with contextlib.suppress(Exception):
+                writer.transport.abort()
+
+    def heal(self) -> None:
+        self.broken = False
+
+    async def stop(self) -> None:
+        self.break_()
+        if self._server is not None:
+            self._server.close()
+            with contextlib.suppress(Exception):
+                await self._server.wait_closed()
+
+
+def kubeconfig_through(kubeconfig: str, port: int, path) -> str:
+    config = yaml.safe_load(Path(kubeconfig).read_text())
+    for cluster in config["clusters"]:
+        cluster["cluster"]["server"] = f"https://127.0.0.1:{port}"
+    path.write_text(yaml.safe_dump(config))
+    return str(path)
+
+
+async def test_a_view_whose_watch_broke_is_not_trusted_and_lists_again(
+    kube, spawners, tmp_path, caplog
+):
+    from urllib.parse import urlparse
+
+    await kube.create_node("node-a", cpu="16")
+    await kube.create_node("node-b", cpu="4")
+    await kube.create_bound_claim("claim-alice")
+    proxy = Proxy(urlparse(kube.control_plane.server).port)
+    await proxy.start()
+    try:
+        await spawners.use_credentials(
+            kubeconfig_through(kube.kubeconfig, proxy.port, tmp_path / "kubeconfig")
+        )
+        lab = spawners.make("alice", node_selector={"kubernetes.io/hostname": "node-b"})
+        await spawners.start(lab)
+        app = spawners.make("alice", "app", colocation_check_timeout=2.0)
+        manifest = await manifest_of(app)
+        view = app.colocation_view()
+        await wait_until(lambda: view.live, what="the live view")
+        resyncs = metric("nebari_colocate_view_resyncs_total", collection=view.pods.name)
+        fallbacks = metric("nebari_colocate_view_fallbacks_total")
+
+        proxy.break_()
+        await wait_until(lambda: not view.live, what="the view noticing its broken watch")
+        assert metric("nebari_colocate_view_live", collection=view.pods.name) == 0
+        # Meanwhile the lab goes away (the view cannot see it).
+        await kube.core.delete_namespaced_pod(lab.pod_name, kube.namespace, grace_period_seconds=0)
+        with caplog.at_level(logging.WARNING):
+            broken = await app.colocation_decide(manifest)
+        assert metric("nebari_colocate_view_fallbacks_total") == fallbacks + 1
+        assert any("is not live" in r.getMessage() for r in caplog.records)
+        # Not trusted: direct reads fail too, so the safe side (pinned to the last known
+        # holder, never skipped).
+        assert broken.verified is False and broken.verdict == "colocate"
+
+        proxy.heal()
+        await wait_until(lambda: view.live, timeout=30, what="the view listing again")
+        assert metric("nebari_colocate_view_resyncs_total", collection=view.pods.name) > resyncs
+        healed = await app.colocation_decide(manifest)
+        # Listed again: the lab deleted while the watch was down is gone from the view.
+        assert (healed.verdict, healed.node, healed.holders) == ("colocate", None, [])
+        assert healed.verified is True
+    finally:
+        await proxy.stop()
+
+
+async def test_a_runtime_class_with_overhead_is_judged_as_the_scheduler_judges_it(kube, spawners):
+    from kubernetes_asyncio import client
+
+    await kube.create_node("node-a", cpu="2")
+    await kube.create_node("node-b", cpu="8")
+    await kube.create_bound_claim("claim-alice")
+    node_api = client.NodeV1Api(kube.api_client)
+    name = f"kata-{kube.namespace}"
+    await node_api.create_runtime_class(
+        {"metadata": {"name": name}, "handler": "kata", "overhead": {"podFixed": {"cpu": "1"}}}
+    )
+    try:
+        lab = spawners.make(
+            "alice", node_selector={"kubernetes.io/hostname": "node-a"}, cpu_guarantee=0.5
+        )
+        await spawners.start(lab)
+        # As written: 0.5 + 0.75 = 1.25 of 2 CPUs fits.  As admitted: + 1 CPU of overhead.
+        app = spawners.make(
+            "alice", "app", cpu_guarantee=0.75, extra_pod_config={"runtimeClassName": name}
+        )
+        with pytest.raises(ColocationRefused) as refused:
+            await spawners.start(app)
+        assert refused.value.decision.reasons == ["insufficient:cpu"]
+        assert refused.value.decision.node == "node-a"
+
+        # The scheduler, given the same pod pinned there, says the same.
+        manifest = await manifest_of(app)
+        manifest["metadata"]["name"] = "scheduler-judges"
+        manifest["spec"]["nodeSelector"] = {"kubernetes.io/hostname": "node-a"}
+        await kube.core.create_namespaced_pod(kube.namespace, manifest)
+        message = await kube.wait_for_failed_scheduling("scheduler-judges")
+        assert "Insufficient cpu" in message
+        await kube.core.delete_namespaced_pod(
+            "scheduler-judges", kube.namespace, grace_period_seconds=0
+        )
+    finally:
+        await node_api.delete_runtime_class(name)
+
+
+async def test_a_holder_on_a_deleted_node_is_refused_as_node_not_found(kube, spawners):
+    from kube import helpers
+
+    await kube.create_node("node-a", cpu="16")
+    await kube.create_node("spot-1", cpu="16")
+    await kube.create_bound_claim("claim-alice")
+    # A pod of alice's left on a spot node that was reclaimed (no pod GC runs here).
+    lab = spawners.make("alice", node_selector={"kubernetes.io/hostname": "spot-1"})
+    await spawners.start(lab)
+    view = lab.colocation_view()
+    await wait_until(lambda: view.live, what="the live view")
+    await helpers.delete_nodes(kube.api_client, ["spot-1"])
+    kube.nodes.remove("spot-1")
+    await wait_until(lambda: "spot-1" not in view.nodes.items, what="the node's deletion")
+
+    app = spawners.make("alice", "app")
+    with pytest.raises(ColocationRefused) as refused:
+        await spawners.start(app)
+    decision = refused.value.decision
+    assert (decision.node, decision.reasons) == ("spot-1", ["node-not-found"])
+    message = refused.value.jupyterhub_message
+    assert "no longer exists" in message and "administrator" in message
+    assert "stop your default server" not in message
