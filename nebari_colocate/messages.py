@@ -127,6 +127,12 @@ def reason_sentences(decision: Decision, pod: Mapping) -> list[str]:
                 f"your volume {_join(decision.claims)} is in use on more than one node "
                 f"({_join(decision.split_nodes)}), which needs an administrator to resolve"
             )
+        elif code == "home-being-moved":
+            since = _clock(decision.moving_since)
+            sentences.append(
+                "your home folder is being moved to new storage by an administrator"
+                + (f" (since {since})" if since else "")
+            )
         elif code == "premium-node":
             sentences.append(
                 f"{where_()} is a GPU node and this server needs no GPU; starting it there "
@@ -145,7 +151,24 @@ def _subject(server_name: str) -> str:
     return f"Your server '{server_name}'" if server_name else "Your default server"
 
 
+def _clock(timestamp: str | None) -> str:
+    """``2026-12-01T09:12:00Z`` -> ``09:12 UTC``; anything else as it is."""
+    if not timestamp:
+        return ""
+    _, _, time = timestamp.partition("T")
+    return f"{time[:5]} UTC" if len(time) >= 5 and time[2] == ":" else timestamp
+
+
+#: what a user is told while their home is moved (a move takes minutes for most homes)
+HOME_MOVE_ADVICE = (
+    "Your files are kept safe meanwhile. Try again in a few minutes; if it still cannot start "
+    "after an hour, contact your administrator."
+)
+
+
 def _advice(decision: Decision, holders: list[str], has_profiles: bool = True) -> str:
+    if "home-being-moved" in decision.reasons:
+        return HOME_MOVE_ADVICE
     if "split-attachment" in decision.reasons:
         return "Please contact your administrator."
     stop = f"stop {_join(holders)}" if holders else "stop the servers using it"
