@@ -257,3 +257,137 @@ def operator_line(decision: Decision, *, username: str, server_name: str) -> str
     if decision.notes:
         fields.append(f"notes={'; '.join(decision.notes)!r}")
     return "colocate " + " ".join(fields)
+
+
+# --------------------------------------------------------------------------------------------------
+# nebari-colocate migrate: what the operator reads (the codes come from migrate.py)
+
+MIGRATE_ACTIONS = {
+    "move": "move: copy to a new ReadWriteMany claim in class {target}, verify, rebind {claim}",
+    "resume": "resume: the move stopped at step {step}; apply continues it",
+    "retry": "retry: the last copy failed ({problem}); apply copies again",
+    "servers-running": "wait: stop {running} first",
+    "already-rwx": "nothing to do: already ReadWriteMany",
+    "not-bound": "cannot move: the claim is not bound to a volume",
+    "no-volume": "cannot move: the claim and its volume are gone",
+    "done": "done: on volume {new_volume}; the old volume {volume} is retained",
+}
+
+MIGRATE_OUTCOMES = {
+    "done": "moved to volume {new_volume}",
+    "already-done": "already moved (volume {new_volume}); nothing done",
+    "blocked": "stopped: {running} running; the old claim stays in use, apply again later",
+    "failed": "stopped: the copy did not verify ({problems}); the old claim stays in place, in use",
+    "skipped": "skipped: {reason}",
+    "error": "error: {reason}",
+    "rolled-back": "rolled back: {claim} is on volume {old_volume} again",
+    "nothing-to-roll-back": "nothing to roll back: no move of {claim} is recorded",
+    "would-move": "would move: {plan}",
+}
+
+
+def _fill(template: str, row: Mapping) -> str:
+    values = {k: ("-" if v is None else v) for k, v in row.items()}
+    for key in ("running", "problems"):
+        if isinstance(values.get(key), list):
+            values[key] = _join([str(v) for v in values[key]]) or "-"
+    values.setdefault("target", row.get("target_storage_class") or "-")
+    try:
+        return template.format_map(values)
+    except (KeyError, IndexError, ValueError):
+        return template
+
+
+def migrate_action(row: Mapping) -> str:
+    """The plan's words for one home."""
+    return _fill(MIGRATE_ACTIONS.get(row.get("action", ""), "{action}"), row)
+
+
+def migrate_outcome(result: Mapping) -> str:
+    return _fill(MIGRATE_OUTCOMES.get(result.get("outcome", ""), "{outcome}"), result)
+
+
+def delete_old_volume_hint(volume: str) -> str:
+    """How an operator finishes a move once the user's data is confirmed on the new volume."""
+    return (
+        f"the old volume {volume} is kept (Retain); once the user confirms their files, delete "
+        f"it with: kubectl delete pv {volume}"
+    )
+
+
+def _table(headers, rows) -> list[str]:
+    cells = [[str(c) for c in row] for row in rows]
+    widths = [max([len(h), *(len(r[i]) for r in cells)]) for i, h in enumerate(headers)]
+    return [
+        "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
+        for row in [list(headers), *cells]
+    ]
+
+
+def render_migrate_plan(plan: Mapping) -> str:
+    rows = plan["homes"]
+    lines = [
+        f"Home claims in namespace {plan['namespace']} (target storage class "
+        f"{plan.get('storage_class') or '-'}): {len(rows)}"
+    ]
+    if rows:
+        lines += _table(
+            ("USER", "CLAIM", "MODES", "SIZE", "CLASS", "VOLUME", "RUNNING", "WHAT WOULD HAPPEN"),
+            (
+                (
+                    r["user"] or "-",
+                    r["claim"],
+                    ",".join(r["access_modes"]) or "-",
+                    r["size"] or "-",
+                    r["storage_class"] or "-",
+                    r["volume"] or "-",
+                    _join(r["running"]) or "-",
+                    migrate_action(r),
+                )
+                for r in rows
+            ),
+        )
+    lines += [f"note: {n}" for n in plan.get("notes") or []]
+    return "\n".join(lines)
+
+
+def render_migrate_results(results: list[Mapping], dry_run: bool = False) -> str:
+    lines = []
+    for r in results:
+        lines.append(f"{r.get('user') or '-'} ({r['claim']}): {migrate_outcome(r)}")
+        if r.get("outcome") in ("done", "already-done") and r.get("old_volume"):
+            lines.append(f"  {delete_old_volume_hint(r['old_volume'])}")
+        if r.get("outcome") == "rolled-back" and r.get("kept_volume"):
+            lines.append(
+                f"  volume {r['kept_volume']} (the moved copy, with any work since the move) is "
+                f"kept (Retain): delete it with: kubectl delete pv {r['kept_volume']}"
+            )
+    if dry_run:
+        lines.append("dry run: nothing was changed")
+    return "\n".join(lines) or "no home claims selected"
+
+
+def render_migrate_status(status: Mapping) -> str:
+    rows = status["moves"]
+    lines = [f"Moves in namespace {status['namespace']}: {len(rows)}"]
+    if rows:
+        lines += _table(
+            ("USER", "CLAIM", "STEP", "MODES", "OLD VOLUME", "NEW VOLUME", "COPY", "PROBLEM"),
+            (
+                (
+                    r["user"] or "-",
+                    r["claim"],
+                    r["step"] or "not started",
+                    ",".join(r["access_modes"]) or "(no claim)",
+                    r["old_volume"] or "-",
+                    r["new_volume"] or "-",
+                    (r["copy"] or {}).get("result") or r["copy_pod"] or "-",
+                    r["problem"] or "-",
+                )
+                for r in rows
+            ),
+        )
+    for r in rows:
+        if r["step"] == "done" and r["old_volume"]:
+            lines.append(f"{r['claim']}: {delete_old_volume_hint(r['old_volume'])}")
+    return "\n".join(lines)
