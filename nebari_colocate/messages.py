@@ -298,6 +298,17 @@ def _fill(template: str, row: Mapping) -> str:
         return template
 
 
+#: what ``audit`` points to for ReadWriteOnce homes left in a ReadWriteMany deployment
+MIGRATE_PLAN_COMMAND = "nebari-colocate migrate plan"
+
+
+def migrate_plan_hint() -> str:
+    return (
+        f"They keep their servers on one node. To move them to ReadWriteMany storage, see "
+        f"{MIGRATE_PLAN_COMMAND} (then migrate apply; docs/migrate.md)."
+    )
+
+
 def migrate_action(row: Mapping) -> str:
     """The plan's words for one home."""
     return _fill(MIGRATE_ACTIONS.get(row.get("action", ""), "{action}"), row)
