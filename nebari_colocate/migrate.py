@@ -326,7 +326,7 @@ def copy_pod_manifest(
         "automountServiceAccountToken": False,
         "enableServiceLinks": False,
         # Ownership and modes are copied as they are: root in the pod, with only the
-        # capabilities that takes.
+        # capabilities that takes (all of them allowed by the "baseline" Pod Security level).
         "securityContext": {"runAsUser": 0, "runAsGroup": 0, "runAsNonRoot": False},
         "containers": [
             {
@@ -356,7 +356,6 @@ def copy_pod_manifest(
                         "add": [
                             "CHOWN",
                             "DAC_OVERRIDE",
-                            "DAC_READ_SEARCH",
                             "FOWNER",
                             "FSETID",
                             "MKNOD",

@@ -34,6 +34,7 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 from kube import helpers
 from kube.controlplane import HOST, free_port
 from kubernetes_asyncio.client.exceptions import ApiException
@@ -43,6 +44,7 @@ from nebari_colocate import cli, migrate
 from nebari_colocate.placement import MIGRATION_ANNOTATION
 from nebari_colocate.spawner import ColocationRefused
 
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 RWO_CLASS = "migrate-test-disk"
 RWX_CLASS = "migrate-test-shared"
 BLOCK_ONLY_CLASS = "migrate-test-ebs"
@@ -745,3 +747,66 @@ async def test_rollback_after_the_move_rebinds_the_old_volume_and_keeps_the_copy
     new = await kube.core.read_persistent_volume(deployment.new["alice"])
     assert new.spec.persistent_volume_reclaim_policy == "Retain"
     assert (deployment.sim.volume_dir(deployment.new["alice"]) / "notebook.ipynb").exists()
+
+
+# --------------------------------------------------------------------------------------------------
+# the permissions docs/migrate.md lists
+
+
+async def test_the_example_rbac_is_enough_for_plan_apply_status_and_rollback(deployment, capsys):
+    kube = deployment.kube
+    await deployment.home("alice", files=20)
+    documents = list(yaml.safe_load_all((EXAMPLES / "rbac-migrate.yaml").read_text()))
+    user = f"migrator-{kube.namespace}"
+    subject = {"kind": "User", "name": user, "apiGroup": "rbac.authorization.k8s.io"}
+    cluster_objects = []
+    for doc in documents:
+        doc["metadata"]["name"] = f"{doc['metadata']['name']}-{kube.namespace}"
+        if "roleRef" in doc:
+            doc["roleRef"]["name"] = doc["metadata"]["name"]
+            doc["subjects"] = [subject]
+        if doc["kind"] in ("Role", "RoleBinding"):
+            doc["metadata"]["namespace"] = kube.namespace
+            create = (
+                kube.rbac.create_namespaced_role
+                if doc["kind"] == "Role"
+                else kube.rbac.create_namespaced_role_binding
+            )
+            await create(kube.namespace, doc)
+        else:
+            create = (
+                kube.rbac.create_cluster_role
+                if doc["kind"] == "ClusterRole"
+                else kube.rbac.create_cluster_role_binding
+            )
+            await create(doc)
+            cluster_objects.append(doc)
+    try:
+        config = kube.user_kubeconfig(user)
+        args = ["-n", kube.namespace, "--kubeconfig", config]
+        for argv in (
+            ["plan", "--storage-class", RWX_CLASS, "--json"],
+            ["apply", "alice", "--storage-class", RWX_CLASS, "--json"],
+            ["status", "--json"],
+            ["rollback", "alice", "--json"],
+        ):
+            status, out, err = await run_cli(capsys, "migrate", *argv, *args)
+            assert (status, err) == (0, ""), (argv, out)
+        await deployment.assert_untouched("alice")
+        # without the cluster role: a clear error naming what is missing
+        await kube.rbac.delete_cluster_role_binding(cluster_objects[-1]["metadata"]["name"])
+        status, _, err = await run_cli(
+            capsys, "migrate", "apply", "alice", "--storage-class", RWX_CLASS, *args
+        )
+        assert status == 2
+        assert err.startswith("nebari-colocate: forbidden (403) to migrate apply")
+        assert "docs/migrate.md lists the permissions migrate needs" in err
+    finally:
+        for doc in cluster_objects:
+            delete = (
+                kube.rbac.delete_cluster_role
+                if doc["kind"] == "ClusterRole"
+                else kube.rbac.delete_cluster_role_binding
+            )
+            with contextlib.suppress(ApiException):
+                await delete(doc["metadata"]["name"])
