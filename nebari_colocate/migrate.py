@@ -623,11 +623,36 @@ class Mover:
         return homes
 
     async def home(self, claim: str) -> Home:
-        homes = [h for h in await self.homes() if h.claim == claim]
-        if not homes:
+        """One home, read by name (a move of many homes does not list every volume per step)."""
+        tmp_name = temporary_name(claim)
+        pvc, temporary, copy_pod, pods = await asyncio.gather(
+            self.pvc(claim), self.pvc(tmp_name), self.pod(tmp_name), self.pods()
+        )
+        old = None
+        if pvc is not None:
+            for name in (_annotations(pvc).get(FROM_KEY), _spec(pvc).get("volumeName")):
+                candidate = await self.pv(name)
+                if volume_step(candidate, self.namespace, claim) is not None or (
+                    candidate is not None and name == _spec(pvc).get("volumeName")
+                ):
+                    old = candidate
+                    break
+        if old is None or volume_step(old, self.namespace, claim) is None:
+            # The claim is gone mid-swap (or was recreated): the move is found on its volume.
+            moving = [
+                pv for pv in await self.pvs() if volume_step(pv, self.namespace, claim) is not None
+            ]
+            if moving:
+                old = moving[0]
+        if pvc is None and old is None:
             raise MigrateError(f"claim {self.namespace}/{claim} not found")
-        home = homes[0]
-        home.copy_pod = await self.pod(temporary_name(claim))
+        user = claim_user(pvc, self.prefix) if pvc else claim[len(self.prefix) :]
+        if temporary is not None and _annotations(temporary).get(OF_KEY) != claim:
+            temporary = None
+        home = Home(self.namespace, claim, user, pvc=pvc, old_pv=old, temporary=temporary)
+        home.new_pv = await self.pv(_annotations(old).get(TARGET_KEY))
+        home.copy_pod = copy_pod
+        home.pods = holders(pods, claim)
         return home
 
     async def resolve(self, names: Iterable[str]) -> list[str]:

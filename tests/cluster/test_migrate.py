@@ -810,3 +810,45 @@ async def test_the_example_rbac_is_enough_for_plan_apply_status_and_rollback(dep
             )
             with contextlib.suppress(ApiException):
                 await delete(doc["metadata"]["name"])
+
+
+async def test_a_claim_recreated_by_a_spawn_mid_swap_stops_the_move_and_keeps_both_volumes(
+    deployment,
+):
+    """The moment between deleting the old claim and creating the new one: KubeSpawner would
+    create an empty claim-{user} if a spawn came then.  The move must notice, not bind over it."""
+    kube = deployment.kube
+    await deployment.home("alice", files=20)
+
+    def stop_there(claim, name):
+        if name == "old-deleted":
+            raise migrate.Interrupted(name)
+
+    with pytest.raises(migrate.Interrupted):
+        await mover(kube, checkpoint=stop_there).apply("claim-alice")
+    await create_volume(kube, f"{kube.namespace}-alice-empty", ("ReadWriteMany",), RWX_CLASS)
+    await kube.core.create_namespaced_persistent_volume_claim(
+        kube.namespace,
+        {
+            "apiVersion": "v1",
+            "kind": "PersistentVolumeClaim",
+            "metadata": {
+                "name": "claim-alice",
+                "annotations": {"hub.jupyter.org/username": "alice"},
+            },
+            "spec": {
+                "accessModes": ["ReadWriteMany"],
+                "storageClassName": RWX_CLASS,
+                "volumeName": f"{kube.namespace}-alice-empty",
+                "resources": {"requests": {"storage": "1Gi"}},
+            },
+        },
+    )
+    await wait_bound(kube, "claim-alice")
+    with pytest.raises(migrate.MigrateError, match="was recreated meanwhile"):
+        await mover(kube).apply("claim-alice")
+    for name in (deployment.old["alice"], deployment.new["alice"]):
+        volume = await kube.core.read_persistent_volume(name)
+        assert volume.spec.persistent_volume_reclaim_policy == "Retain"
+    assert (deployment.sim.volume_dir(deployment.new["alice"]) / "notebook.ipynb").exists()
+    assert (deployment.sim.volume_dir(deployment.old["alice"]) / "notebook.ipynb").exists()
