@@ -559,32 +559,89 @@ async def test_a_class_that_offers_no_read_write_many_is_refused(deployment, cap
 # interrupted, resumed
 
 
-@pytest.mark.parametrize("checkpoint", migrate.CHECKPOINTS)
-async def test_a_move_interrupted_at_any_step_resumes_to_the_same_end(deployment, checkpoint):
+#: a process that moves one home and SIGKILLs itself at one checkpoint (no hook in the product:
+#: the checkpoint callback is the Mover's own test seam)
+KILLED_AT = """
+import asyncio, os, signal, sys
+from kubernetes_asyncio import config
+from nebari_colocate import migrate
+
+async def main(kubeconfig, namespace, claim, storage_class, stop_at):
+    api = await config.new_client_from_config(config_file=kubeconfig, persist_config=False)
+    def die(_claim, name):
+        if name == stop_at:
+            os.kill(os.getpid(), signal.SIGKILL)
+    mover = migrate.Mover(api, namespace, storage_class=storage_class, checkpoint=die)
+    mover.copy_poll = 0.1
+    print(await mover.apply(claim))
+
+asyncio.run(main(*sys.argv[1:]))
+"""
+
+
+async def assert_safe_while_interrupted(deployment, reached: str):
+    """What holds at every interruption: the data's volume is retained; from the mark on, the
+    user's claim (when it exists) refuses spawns."""
     kube = deployment.kube
-    await deployment.home("alice", files=100)
-    seen = []
-
-    def interrupt(claim, name):
-        seen.append(name)
-        if name == checkpoint:
-            raise migrate.Interrupted(name)
-
-    with pytest.raises(migrate.Interrupted):
-        await mover(kube, checkpoint=interrupt).apply("claim-alice")
-    # whatever the step: the data's volume is retained, and the user's claim exists or its
-    # volume is pre-bound for the new one
     old = await kube.core.read_persistent_volume(deployment.old["alice"])
     assert old.spec.persistent_volume_reclaim_policy == "Retain"
-    if "marked" in seen and checkpoint not in ("old-deleted",):
-        pvc = await kube.core.read_namespaced_persistent_volume_claim("claim-alice", kube.namespace)
-        assert pvc.metadata.annotations[MIGRATION_ANNOTATION] == "moving"
+    index = migrate.CHECKPOINTS.index(reached)
+    if index >= migrate.CHECKPOINTS.index("marked"):
+        with contextlib.suppress(ApiException):
+            pvc = await kube.core.read_namespaced_persistent_volume_claim(
+                "claim-alice", kube.namespace
+            )
+            assert pvc.metadata.annotations[MIGRATION_ANNOTATION] == "moving"
+    assert (deployment.sim.volume_dir(deployment.old["alice"]) / "notebook.ipynb").exists()
+
+
+@pytest.mark.parametrize("checkpoint", migrate.CHECKPOINTS)
+async def test_the_process_killed_at_any_step_resumes_to_the_same_end(deployment, checkpoint):
+    kube = deployment.kube
+    await deployment.home("alice", files=100)
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-c",
+        KILLED_AT,
+        kube.kubeconfig,
+        kube.namespace,
+        "claim-alice",
+        RWX_CLASS,
+        checkpoint,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    out, err = await proc.communicate()
+    assert proc.returncode == -signal.SIGKILL, (out, err)
+    await assert_safe_while_interrupted(deployment, checkpoint)
 
     result = await mover(kube).apply("claim-alice")
     assert result["outcome"] == "done", result
     await deployment.assert_moved("alice")
     again = await mover(kube).apply("claim-alice")
     assert again["outcome"] == "already-done"
+
+
+async def test_a_move_interrupted_by_an_error_at_every_step_in_turn_resumes_each_time(deployment):
+    """One move, interrupted by an exception at the first checkpoint, resumed and interrupted at
+    the next, and so on to the end: every resume starts from the state the previous one left."""
+    kube = deployment.kube
+    await deployment.home("alice", files=100)
+    for checkpoint in migrate.CHECKPOINTS:
+        reached = []
+
+        def interrupt(_claim, name, checkpoint=checkpoint, reached=reached):
+            reached.append(name)
+            if name == checkpoint:
+                raise migrate.Interrupted(name)
+
+        with pytest.raises(migrate.Interrupted):
+            await mover(kube, checkpoint=interrupt).apply("claim-alice")
+        await assert_safe_while_interrupted(deployment, checkpoint)
+    result = await mover(kube).apply("claim-alice")
+    assert result["outcome"] == "done", result
+    await deployment.assert_moved("alice")
+    assert len(deployment.sim.copies) == 1
 
 
 async def test_the_command_killed_during_the_copy_resumes(deployment, capsys):
