@@ -805,6 +805,8 @@ class Mover:
         )
         await self.checkpoint(claim, "retained")
         target_class = values[CLASS_KEY]
+        if not target_class:
+            raise MigrateError(f"no target storage class for {claim}: pass --storage-class")
 
         # 2. Mark the claim: the spawner refuses this user's spawns from now on.
         if _annotations(pvc).get(MIGRATION_ANNOTATION) != MOVING:
@@ -1173,6 +1175,14 @@ class Mover:
         temporary = await self.pvc(tmp_name)
         if temporary is not None:
             await self._delete_pvc(tmp_name, _meta(temporary)["uid"])
+        new_name = _annotations(home.old_pv).get(TARGET_KEY)
+        new = await self.pv(new_name) if step in (SWAPPING, DONE) else None
+        if new is not None and _spec(new).get("persistentVolumeReclaimPolicy") == "Retain":
+            # A retained copy: kept for the operator; no longer reserved for the home claim.
+            ref = _spec(new).get("claimRef")
+            if ref is not None and not ref.get("uid"):
+                await self._patch_pv(new_name, [{"op": "remove", "path": "/spec/claimRef"}])
+            kept = new_name
         old = await self.pv(old_name)
         policy = _annotations(old).get(POLICY_KEY) or _spec(old).get(
             "persistentVolumeReclaimPolicy"

@@ -391,6 +391,16 @@ class Deployment:
             == []
         )
 
+    async def assert_moved_again(self, user: str):
+        """After a rollback the new volume is used (or kept); the move went to some RWX volume."""
+        pvc = await wait_bound(self.kube, f"claim-{user}")
+        assert pvc["spec"]["accessModes"] == ["ReadWriteMany"]
+        volume = pvc["spec"]["volumeName"]
+        assert volume != self.old[user]
+        assert (
+            independent_diff(self.sim.volume_dir(self.old[user]), self.sim.volume_dir(volume)) == []
+        )
+
     async def wait_released(self, user: str, timeout: float = 30):
         deadline = time.monotonic() + timeout
         while True:
@@ -431,6 +441,7 @@ async def attached_volumes(kube, timeout: float = 30) -> dict[str, set[str]]:
 
 
 def mover(kube, **kwargs) -> migrate.Mover:
+    kwargs.setdefault("copy_timeout", 60)
     m = migrate.Mover(kube.api_client, kube.namespace, storage_class=RWX_CLASS, **kwargs)
     m.copy_poll = 0.1
     return m
@@ -771,24 +782,38 @@ async def test_a_copy_that_does_not_verify_stops_the_move_and_a_retry_finishes_i
 # the way back
 
 
-async def test_rollback_before_the_swap_leaves_the_home_as_it_was(deployment, capsys):
+@pytest.mark.parametrize("checkpoint", ["copied", "new-retained", "old-deleted", "created"])
+async def test_rollback_of_an_unfinished_move_puts_the_home_back_as_it_was(
+    deployment, capsys, checkpoint
+):
     kube = deployment.kube
     await deployment.home("alice", files=20)
 
-    def stop_after_copy(claim, name):
-        if name == "copied":
+    def stop(claim, name):
+        if name == checkpoint:
             raise migrate.Interrupted(name)
 
     with pytest.raises(migrate.Interrupted):
-        await mover(kube, checkpoint=stop_after_copy).apply("claim-alice")
+        await mover(kube, checkpoint=stop).apply("claim-alice")
     status, out, _ = await run_cli(capsys, *cli_args(kube, "rollback", "alice"))
     assert status == 0, out
     await deployment.assert_untouched("alice")
     old = await kube.core.read_persistent_volume(deployment.old["alice"])
     assert old.spec.persistent_volume_reclaim_policy == "Delete"  # as before the move
-    assert migrate.STEP_KEY not in (old.metadata.annotations or {})
+    assert not any(k.startswith("nebari.dev/") for k in old.metadata.annotations or {})
     claims = await kube.core.list_namespaced_persistent_volume_claim(kube.namespace)
     assert [c.metadata.name for c in claims.items] == ["claim-alice"]
+    new = await kube.core.read_persistent_volume(deployment.new["alice"])
+    if checkpoint != "copied":  # the copy was retained for the swap: kept, and said so
+        assert new.spec.persistent_volume_reclaim_policy == "Retain"
+        assert new.spec.claim_ref is None or new.spec.claim_ref.uid
+        assert f"kubectl delete pv {deployment.new['alice']}" in out
+    # a volume for the next move, as a provisioner would make one (the kept copy is Released)
+    await create_volume(kube, f"{kube.namespace}-alice-shared-2", ("ReadWriteMany",), RWX_CLASS)
+    pods = await kube.core.list_namespaced_pod(kube.namespace)
+    assert pods.items == []
+    assert (await mover(kube).apply("claim-alice"))["outcome"] == "done"  # and it can move again
+    await deployment.assert_moved_again("alice")
 
 
 async def test_rollback_after_the_move_rebinds_the_old_volume_and_keeps_the_copy(
