@@ -261,22 +261,32 @@ async def _ensure_storage_classes(kube):
             )
 
 
-async def create_volume(kube, name: str, modes, storage_class: str, policy="Delete", size="1Gi"):
-    await kube.core.create_persistent_volume(
-        {
+async def create_volume(
+    kube, name: str, modes, storage_class: str, policy="Delete", size="1Gi", for_claim=None
+):
+    """A static CSI volume; ``for_claim`` reserves it for that claim name (pre-bound), as a
+    provisioner's volume belongs to the claim it was made for."""
+    body = {
+        "apiVersion": "v1",
+        "kind": "PersistentVolume",
+        "metadata": {"name": name, "labels": {helpers.LABEL_NAMESPACE: kube.namespace}},
+        "spec": {
+            "capacity": {"storage": size},
+            "accessModes": list(modes),
+            "persistentVolumeReclaimPolicy": policy,
+            "storageClassName": storage_class,
+            "volumeMode": "Filesystem",
+            "csi": {"driver": helpers.FAKE_CSI_DRIVER, "volumeHandle": name},
+        },
+    }
+    if for_claim:
+        body["spec"]["claimRef"] = {
             "apiVersion": "v1",
-            "kind": "PersistentVolume",
-            "metadata": {"name": name, "labels": {helpers.LABEL_NAMESPACE: kube.namespace}},
-            "spec": {
-                "capacity": {"storage": size},
-                "accessModes": list(modes),
-                "persistentVolumeReclaimPolicy": policy,
-                "storageClassName": storage_class,
-                "volumeMode": "Filesystem",
-                "csi": {"driver": helpers.FAKE_CSI_DRIVER, "volumeHandle": name},
-            },
+            "kind": "PersistentVolumeClaim",
+            "namespace": kube.namespace,
+            "name": for_claim,
         }
-    )
+    await kube.core.create_persistent_volume(body)
 
 
 async def wait_bound(kube, claim: str, timeout: float = 30) -> dict:
@@ -325,7 +335,9 @@ class Deployment:
         )
         await wait_bound(kube, claim)
         if "ReadWriteMany" not in modes:
-            await create_volume(kube, new, ("ReadWriteMany",), RWX_CLASS)
+            await create_volume(
+                kube, new, ("ReadWriteMany",), RWX_CLASS, for_claim=migrate.temporary_name(claim)
+            )
             self.new[user] = new
         self.old[user] = old
         root = self.sim.volume_dir(old)
@@ -809,7 +821,13 @@ async def test_rollback_of_an_unfinished_move_puts_the_home_back_as_it_was(
         assert new.spec.claim_ref is None or new.spec.claim_ref.uid
         assert f"kubectl delete pv {deployment.new['alice']}" in out
     # a volume for the next move, as a provisioner would make one (the kept copy is Released)
-    await create_volume(kube, f"{kube.namespace}-alice-shared-2", ("ReadWriteMany",), RWX_CLASS)
+    await create_volume(
+        kube,
+        f"{kube.namespace}-alice-shared-2",
+        ("ReadWriteMany",),
+        RWX_CLASS,
+        for_claim=migrate.temporary_name("claim-alice"),
+    )
     pods = await kube.core.list_namespaced_pod(kube.namespace)
     assert pods.items == []
     assert (await mover(kube).apply("claim-alice"))["outcome"] == "done"  # and it can move again
