@@ -540,6 +540,32 @@ async def test_apply_moves_a_home_and_a_second_apply_does_nothing(deployment, ca
     status, out, _ = await run_cli(capsys, *cli_args(kube, "status", "--json"))
     (row,) = json.loads(out)["moves"]
     assert (row["user"], row["step"], row["copy"]["result"]) == ("alice", "done", "verified")
+    status, out, _ = await run_cli(capsys, *cli_args(kube, "status"))
+    assert status == 0
+    assert out.splitlines()[0] == f"Moves in namespace {kube.namespace}: 1"
+    assert out.splitlines()[1].split() == [
+        "USER",
+        "CLAIM",
+        "STEP",
+        "MODES",
+        "OLD",
+        "VOLUME",
+        "NEW",
+        "VOLUME",
+        "COPY",
+        "PROBLEM",
+    ]
+    assert out.splitlines()[2].split() == [
+        "alice",
+        "claim-alice",
+        "done",
+        "ReadWriteMany",
+        deployment.old["alice"],
+        deployment.new["alice"],
+        "verified",
+        "-",
+    ]
+    assert f"kubectl delete pv {deployment.old['alice']}" in out
     await deployment.assert_moved("alice")
 
 
