@@ -547,13 +547,16 @@ class Mover:
         """Delete the claim with this uid (not one recreated under the name), wait until gone."""
         from kubernetes_asyncio.client.exceptions import ApiException
 
-        with contextlib.suppress(ApiException):
+        try:
             await read_json(
                 self.core.delete_namespaced_persistent_volume_claim,
                 name,
                 self.namespace,
                 body={"preconditions": {"uid": uid}},
             )
+        except ApiException as exc:
+            if exc.status not in (404, 409):  # gone, or a newer claim under the name
+                raise
         await self._wait(
             lambda: self._gone(self.pvc(name), uid), self.bind_timeout, f"claim {name} deleted"
         )
@@ -927,6 +930,7 @@ class Mover:
 
     async def _wait_copy(self, claim: str, pod_name: str) -> dict:
         deadline = time.monotonic() + self.copy_timeout
+        unplaced_deadline = time.monotonic() + self.bind_timeout
         while True:
             pod = await self.pod(pod_name)
             if pod is None:
@@ -937,6 +941,18 @@ class Mover:
             running = holders(await self.pods(), claim)
             if running:
                 return {"result": "servers-running", "running": server_names(running)}
+            if not _spec(pod).get("nodeName") and time.monotonic() > unplaced_deadline:
+                why = [
+                    c.get("message") or c.get("reason") or ""
+                    for c in (pod.get("status") or {}).get("conditions") or []
+                    if c.get("type") == "PodScheduled" and c.get("status") == "False"
+                ]
+                raise MigrateError(
+                    f"the copy pod {self.namespace}/{pod_name} is not scheduled after "
+                    f"{self.bind_timeout:g} s ({'; '.join(why) or 'no reason given'}): is the "
+                    f"new claim {pod_name} bound (kubectl describe pvc {pod_name})? It stays; "
+                    "apply again to wait for it, or roll back"
+                )
             if time.monotonic() > deadline:
                 raise MigrateError(
                     f"the copy pod {self.namespace}/{pod_name} did not finish within "

@@ -978,3 +978,18 @@ async def test_a_claim_recreated_by_a_spawn_mid_swap_stops_the_move_and_keeps_bo
         assert volume.spec.persistent_volume_reclaim_policy == "Retain"
     assert (deployment.sim.volume_dir(deployment.new["alice"]) / "notebook.ipynb").exists()
     assert (deployment.sim.volume_dir(deployment.old["alice"]) / "notebook.ipynb").exists()
+
+
+async def test_a_new_claim_that_never_binds_ends_apply_with_a_reason_and_rolls_back(
+    deployment, capsys
+):
+    kube = deployment.kube
+    await deployment.home("alice", files=5)
+    await kube.core.delete_persistent_volume(deployment.new["alice"])  # nothing to bind to
+    with pytest.raises(migrate.MigrateError) as error:
+        await mover(kube, bind_timeout=3).apply("claim-alice")
+    assert "the copy pod" in str(error.value) and "is not scheduled after 3 s" in str(error.value)
+    assert "unbound immediate PersistentVolumeClaims" in str(error.value)
+    status, out, _ = await run_cli(capsys, *cli_args(kube, "rollback", "alice"))
+    assert status == 0, out
+    await deployment.assert_untouched("alice")
