@@ -805,7 +805,13 @@ async def _migrate_run(mover, args, namespace: str, storage_class) -> tuple[dict
             )
         return {"namespace": namespace, "dry_run": True, "results": results, "notes": notes}, 0
     results = await migrate.apply_many(mover, claims, args.concurrency)
-    bad = any(r["outcome"] not in ("done", "already-done", "skipped") for r in results)
+    # A named home that could not move (its servers run, it is not bound) is a stop; one that
+    # is already ReadWriteMany is not.
+    bad = any(
+        r["outcome"] not in ("done", "already-done", "skipped")
+        or (r["outcome"] == "skipped" and r.get("reason") != migrate.SKIP_RWX)
+        for r in results
+    )
     return {"namespace": namespace, "dry_run": False, "results": results, "notes": notes}, (
         1 if bad else 0
     )

@@ -315,6 +315,8 @@ def migrate_action(row: Mapping) -> str:
 
 
 def migrate_outcome(result: Mapping) -> str:
+    if result.get("outcome") == "skipped" and result.get("reason") in MIGRATE_ACTIONS:
+        return "skipped: " + _fill(MIGRATE_ACTIONS[result["reason"]], result)
     return _fill(MIGRATE_OUTCOMES.get(result.get("outcome", ""), "{outcome}"), result)
 
 

@@ -582,6 +582,11 @@ async def test_apply_all_moves_the_stopped_users_and_leaves_a_running_one(deploy
     await deployment.assert_moved("alice")
     await deployment.assert_moved("bob")
     await deployment.assert_untouched("dave")
+    status, out, _ = await run_cli(
+        capsys, *cli_args(kube, "apply", "dave", "--storage-class", RWX_CLASS)
+    )
+    assert status == 1  # named, and it could not move
+    assert out.strip() == "dave (claim-dave): skipped: wait: stop (default) first"
 
 
 async def test_a_class_that_offers_no_read_write_many_is_refused(deployment, capsys):
