@@ -254,3 +254,38 @@ def test_the_copy_result_is_read_from_the_termination_message(
 ):
     result = migrate.copy_result(pod_)
     assert (result or {}).get("result") == expect_result
+
+
+@pytest.mark.parametrize(
+    "test_variation_id, result, expect",
+    [
+        ("moved", {"outcome": "done", "new_volume": "pv-new"}, "moved to volume pv-new"),
+        (
+            "servers running",
+            {"outcome": "blocked", "running": ["(default)", "app"]},
+            "stopped: (default) and app running; the old claim stays in use, apply again later",
+        ),
+        (
+            "failed verification",
+            {"outcome": "failed", "problems": ["1 entries differ", "a: content differ"]},
+            "stopped: the copy did not verify (1 entries differ and a: content differ); the old "
+            "claim stays in place, in use",
+        ),
+        (
+            "skipped, named while running",
+            {"outcome": "skipped", "reason": "servers-running", "running": ["(default)"]},
+            "skipped: wait: stop (default) first",
+        ),
+        (
+            "a user name with braces does not break the words",
+            {"outcome": "error", "reason": "no home claim for '{x}'"},
+            "error: no home claim for '{x}'",
+        ),
+    ],
+)
+def test_apply_outcomes_in_words(test_variation_id, result, expect):
+    assert messages.migrate_outcome(result) == expect
+
+
+def test_the_hint_to_finish_a_move_names_the_volume_to_delete():
+    assert messages.delete_old_volume_hint("pv-1").endswith("kubectl delete pv pv-1")
