@@ -1,9 +1,10 @@
 """Shared helpers of the cluster benchmarks: a real control plane, admin clients, apiserver metrics,
 and real KubeSpawner / ColocatingKubeSpawner objects built outside JupyterHub.
 
-The control plane is the one the cluster tests use (``tests/kube``: etcd, kube-apiserver and
-kube-scheduler built from their upstream Go modules, loopback only); ``tests`` is put on
-``sys.path`` so its modules import as ``kube.controlplane`` and ``kube.helpers``.
+The control plane is the one the cluster tests use (``tests/kube``: etcd, kube-apiserver,
+kube-scheduler, kube-controller-manager and kwok built from their upstream Go modules, loopback
+only); ``tests`` is put on ``sys.path`` so its modules import as ``kube.controlplane`` and
+``kube.helpers``.
 """
 
 from __future__ import annotations
@@ -25,10 +26,11 @@ if str(TESTS_DIR) not in sys.path:
     sys.path.insert(0, str(TESTS_DIR))
 
 from kube import helpers, spawning  # noqa: E402
-from kube.controlplane import ControlPlane  # noqa: E402
+from kube.controlplane import CONTROLLERS, ControlPlane  # noqa: E402
 from kube.spawning import stop_reflectors  # noqa: E402
 
 BUILD_SCRIPT = TESTS_DIR / "kube" / "build.sh"
+FROZEN_STATE_CONTROLLERS = tuple(c for c in CONTROLLERS if c != "attachdetach")
 
 __all__ = [
     "ControlPlane",
@@ -48,7 +50,7 @@ __all__ = [
 def bin_dir() -> Path:
     """tests/kube/bin, building it with tests/kube/build.sh when a binary is missing."""
     default = TESTS_DIR / "kube" / "bin"
-    if all(os.access(default / b, os.X_OK) for b in ("etcd", "kube")):
+    if all(os.access(default / b, os.X_OK) for b in ("etcd", "kube", "kwok")):
         return default
     result = subprocess.run(
         ["bash", str(BUILD_SCRIPT)], capture_output=True, text=True, stdin=subprocess.DEVNULL
@@ -61,8 +63,16 @@ def bin_dir() -> Path:
 
 @contextlib.contextmanager
 def control_plane(*, kubelet_stub: bool = False, keep_logs: bool = False) -> Iterator[ControlPlane]:
-    """A started control plane, stopped on exit (also on Ctrl-C)."""
-    cp = ControlPlane(bin_dir(), kubelet_stub=kubelet_stub, keep_logs=keep_logs)
+    """A started control plane, stopped on exit (also on Ctrl-C).
+
+    ``kubelet_stub=True``: the whole cluster of the cluster tests (kwok runs the pods, the
+    attach/detach controller attaches their volumes). False: a cluster state frozen as the
+    benchmark writes it: no kwok (bound pods stay in the phase the benchmark sets) and no
+    attach/detach controller (the only VolumeAttachments are the benchmark's own); the PV
+    controller still binds the claims. (The name is the one of the former kubelet stub.)
+    """
+    controllers = CONTROLLERS if kubelet_stub else FROZEN_STATE_CONTROLLERS
+    cp = ControlPlane(bin_dir(), kwok=kubelet_stub, controllers=controllers, keep_logs=keep_logs)
     cp.start()
     try:
         yield cp

@@ -10,7 +10,8 @@ hides the reason from the person on the spawn page:
 - ``no-scale-up``: the scheduler cannot place the pod and the cluster autoscaler
   (``NotTriggerScaleUp``) or Karpenter (``Failed to schedule pod, ...``) will not add a node.
 - ``multi-attach``: the attach/detach controller refused to attach the volume, which another pod
-  uses on another node.
+  uses on another node (``Waiting for detach …`` since Kubernetes 1.37, ``Multi-Attach error …``
+  before; both occur in the field).
 - ``image-invalid``: the image name cannot be parsed, or it is absent with pull policy ``Never``.
 - ``unschedulable``: the scheduler cannot place the pod, no autoscaler spoke, and nothing changed
   for ``unschedulable_grace_seconds``.
@@ -81,7 +82,9 @@ KARPENTER_NOMINATED = "Pod should schedule on: "
 CA_NOT_TRIGGERED = "pod didn't trigger scale-up"  # older: "... (it wouldn't fit if ...): ..."
 CA_TRIGGERED = "pod triggered scale-up: "
 
-MULTI_ATTACH_PREFIX = "Multi-Attach error"
+# kube-controller-manager's attach/detach controller, FailedAttachVolume: "Waiting for detach"
+# since kubernetes PR #138837 (v1.37, backported to earlier lines), "Multi-Attach error" before.
+MULTI_ATTACH_PREFIXES = ("Waiting for detach", "Multi-Attach error")
 _USED_BY = re.compile(
     r"Volume is already used by pod\(s\) (?P<names>.*?)"
     r"(?: and (?P<others>\d+) pod\(s\) in different namespaces)?\s*$",
@@ -483,7 +486,7 @@ def _multi_attach(
     for ev in events:
         m = _VOLUME.search(ev.message)
         volume = m.group(1) if m else None
-        if ev.reason == "FailedAttachVolume" and ev.message.startswith(MULTI_ATTACH_PREFIX):
+        if ev.reason == "FailedAttachVolume" and ev.message.startswith(MULTI_ATTACH_PREFIXES):
             active[volume] = ev
         elif ev.reason == "SuccessfulAttachVolume":
             active.pop(volume, None)

@@ -1,9 +1,12 @@
 """Shared fixtures. Cluster tests run against a real control plane built from tests/kube/.
 
 - ``kube_bin_dir`` (session): runs tests/kube/build.sh (idempotent, quick once built), returns the
-  directory holding ``etcd`` and ``kube``.
+  directory holding ``etcd``, ``kube`` and ``kwok``.
 - ``control_plane`` (session): a started ``ControlPlane`` (etcd, kube-apiserver, kube-scheduler,
-  kubelet stub), stopped at the end of the session.
+  kube-controller-manager, kwok and the volume gate), stopped at the end of the session.
+- ``frozen_control_plane`` (session, started on first use): a second one whose cluster state stays
+  as a test writes it: no kwok (a bound pod keeps the phase the test sets) and no attach/detach
+  controller (the only VolumeAttachments are the test's own); the PV controller binds claims.
 - ``kube`` (function, async): a ``Kube`` with an admin ApiClient, a fresh namespace, and factories
   that record what they create so teardown deletes it (and checks the claim invariant).
 
@@ -27,10 +30,11 @@ if str(TESTS_DIR) not in sys.path:
     sys.path.insert(0, str(TESTS_DIR))
 
 from kube import helpers  # noqa: E402
-from kube.controlplane import ControlPlane, tail  # noqa: E402
+from kube.controlplane import CONTROLLERS, ControlPlane, tail  # noqa: E402
 
 BUILD_SCRIPT = TESTS_DIR / "kube" / "build.sh"
-CLUSTER_FIXTURES = frozenset({"kube_bin_dir", "control_plane", "kube"})
+CLUSTER_FIXTURES = frozenset({"kube_bin_dir", "control_plane", "frozen_control_plane", "kube"})
+FROZEN_STATE_CONTROLLERS = tuple(c for c in CONTROLLERS if c != "attachdetach")
 
 
 def pytest_collection_modifyitems(config, items):
@@ -44,10 +48,11 @@ def pytest_runtest_makereport(item, call):
     """On a failed cluster test, attach the tails of the control plane's logs to the report."""
     report = yield
     if report.failed and call.when in ("setup", "call", "teardown"):
-        control_plane = getattr(item, "funcargs", {}).get("control_plane")
+        funcargs = getattr(item, "funcargs", {})
+        control_plane = funcargs.get("control_plane") or funcargs.get("frozen_control_plane")
         if isinstance(control_plane, ControlPlane):
             for name, path in control_plane.logs.items():
-                lines = 40 if name in ("scheduler", "kubelet-stub") else 15
+                lines = 40 if name in ("scheduler", "controller-manager", "volume-gate") else 15
                 report.sections.append((f"{name} log ({path})", tail(path, lines)))
     return report
 
@@ -73,17 +78,16 @@ def kube_bin_dir() -> Path:
             pytrace=False,
         )
     bin_dir = Path(lines[-1])
-    for binary in ("etcd", "kube"):
+    for binary in ("etcd", "kube", "kwok"):
         if not os.access(bin_dir / binary, os.X_OK):
             pytest.fail(f"{BUILD_SCRIPT} did not produce {bin_dir / binary}", pytrace=False)
     return bin_dir
 
 
-@pytest.fixture(scope="session")
-def control_plane(kube_bin_dir):
-    """A running control plane for the whole session (logs kept if NEBARI_COLOCATE_KEEP_LOGS)."""
+def _started(kube_bin_dir, **kwargs):
+    """Start a ControlPlane, yield it, stop it; a start that fails fails the test."""
     keep = bool(os.environ.get("NEBARI_COLOCATE_KEEP_LOGS"))
-    cp = ControlPlane(kube_bin_dir, kubelet_stub=True, keep_logs=keep)
+    cp = ControlPlane(kube_bin_dir, keep_logs=keep, **kwargs)
     try:
         cp.start()
     except Exception as e:
@@ -92,6 +96,18 @@ def control_plane(kube_bin_dir):
     cp.stop()
     if keep:
         print(f"\ncontrol plane logs kept in {cp.dir}")
+
+
+@pytest.fixture(scope="session")
+def control_plane(kube_bin_dir):
+    """A running control plane for the whole session (logs kept if NEBARI_COLOCATE_KEEP_LOGS)."""
+    yield from _started(kube_bin_dir)
+
+
+@pytest.fixture(scope="session")
+def frozen_control_plane(kube_bin_dir):
+    """A control plane whose state changes only by the test's hand (see the module docstring)."""
+    yield from _started(kube_bin_dir, kwok=False, controllers=FROZEN_STATE_CONTROLLERS)
 
 
 class Kube:
@@ -112,7 +128,9 @@ class Kube:
         self.check_split_claims = True
 
     async def create_node(self, name: str, **kwargs) -> dict:
+        """``helpers.create_node``, waiting until kwok reports the Node Ready."""
         self.nodes.append(name)
+        kwargs.setdefault("wait_ready", 30)
         return await helpers.create_node(self.api_client, name, **kwargs)
 
     async def cordon(self, name: str) -> dict:
@@ -124,6 +142,19 @@ class Kube:
         return await helpers.create_bound_claim(
             self.api_client, self.namespace, name, access_modes, **kwargs
         )
+
+    async def create_claim(
+        self, name: str, access_modes=("ReadWriteOnce",), **kwargs
+    ) -> tuple[dict, dict]:
+        return await helpers.create_claim(
+            self.api_client, self.namespace, name, access_modes, **kwargs
+        )
+
+    async def wait_for_claim_bound(self, name: str, timeout: float = 30) -> dict:
+        return await helpers.wait_for_claim_bound(self.api_client, self.namespace, name, timeout)
+
+    async def volume_attachments(self, pv_name: str) -> list[dict]:
+        return await helpers.list_volume_attachments(self.api_client, pv_name)
 
     async def create_volume_attachment(self, pv_name: str, node_name: str, attached=True):
         return await helpers.create_volume_attachment(self.api_client, pv_name, node_name, attached)

@@ -1,8 +1,10 @@
 """decide against the real kube-scheduler on random scenarios (benchmarks/agreement.py, small N).
 
-The benchmark's generator builds each scenario in the session's control plane (its own namespaces,
-nodes labelled per scenario, every pod held from the kubelet stub so phases stay as set), decides,
-creates the pod with the affinity decide emits and compares with the scheduler's first verdict.
+The benchmark's generator builds each scenario in a control plane whose state stays as written
+(``frozen_control_plane``: no kwok, so phases stay as set, and no attach/detach controller, so the
+only VolumeAttachments are the scenario's), in its own namespaces with nodes labelled per scenario,
+decides, creates the pod with the affinity decide emits and compares with the scheduler's first
+verdict.
 The full runs (N >= 200, several seeds) are in docs/performance.md.
 """
 
@@ -21,11 +23,13 @@ SEED = 20261130
 COUNT = 30
 
 
-async def test_decide_agrees_with_the_real_scheduler_on_random_scenarios(control_plane, tmp_path):
+async def test_decide_agrees_with_the_real_scheduler_on_random_scenarios(
+    frozen_control_plane, tmp_path
+):
     from kubernetes_asyncio import config
 
     api_client = await config.new_client_from_config(
-        config_file=control_plane.kubeconfig, persist_config=False
+        config_file=frozen_control_plane.kubeconfig, persist_config=False
     )
     lines: list[str] = []
     try:

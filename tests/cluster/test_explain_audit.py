@@ -2,8 +2,8 @@
 
 The CLI runs in-process (``cli.main`` in a worker thread: it runs its own event loop) with the
 test's kubeconfig; the objects are made with the ``kube`` fixture.  Pods are bound by setting
-``spec.nodeName`` so each test decides exactly where they sit (the kubelet stub marks them
-Running).
+``spec.nodeName`` so each test decides exactly where they sit (kwok runs them once the attach/detach
+controller attached their volumes).
 """
 
 from __future__ import annotations
@@ -81,10 +81,25 @@ def user_pod_manifest(
 
 
 async def create_user_pod(kube, name: str, user: str, server: str = "", **kwargs) -> dict:
-    """Create the pod and wait until the kubelet stub reports it Running."""
+    """Create the pod and wait until it runs (or, ``running=False``, only until it exists)."""
+    running = kwargs.pop("running", True)
     manifest = user_pod_manifest(name, user, server, **kwargs)
-    await kube.core.create_namespaced_pod(kube.namespace, manifest)
-    return await kube.wait_for_running(name)
+    pod = await kube.core.create_namespaced_pod(kube.namespace, manifest)
+    return await kube.wait_for_running(name) if running else pod
+
+
+async def wait_for_attachment(kube, pv_name: str, node: str) -> None:
+    """Wait until the attach/detach controller attached the PV to the node."""
+    for _ in range(300):
+        attached = {
+            va["spec"]["nodeName"]
+            for va in await kube.volume_attachments(pv_name)
+            if (va.get("status") or {}).get("attached")
+        }
+        if node in attached:
+            return
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"{pv_name} not attached to {node}")
 
 
 async def gpu_lab_blocked(kube) -> str:
@@ -113,7 +128,7 @@ async def gpu_lab_blocked(kube) -> str:
     await create_user_pod(
         kube, "jupyter-bob", "bob", node="cpu-1", claims=["claim-bob"], requests={"cpu": "1"}
     )
-    await kube.create_volume_attachment(pv["metadata"]["name"], "cpu-1")
+    await wait_for_attachment(kube, pv["metadata"]["name"], "cpu-1")  # the app's, by the controller
     return pv["metadata"]["name"]
 
 
@@ -363,9 +378,10 @@ async def test_explain_and_audit_use_the_namespace_of_the_kubeconfig_context(
     path.write_text(yaml.safe_dump(config))
     report = await run_json(capsys, "explain", "alice", "--kubeconfig", str(path))
     assert report["namespace"] == kube.namespace
-    # the default server runs: restarting it replaces its pod, which then pins nothing
+    # the default server runs: restarting it replaces its pod, whose volume stays attached to
+    # cpu-1 until the pod is gone (the attach/detach controller made that attachment)
     assert report["new_server"]["replaces"] == "jupyter-alice"
-    assert report["pinned_node"] is None
+    assert report["pinned_node"] == "cpu-1"
     app = await run_json(capsys, "explain", "alice", "--server", "app", "--kubeconfig", str(path))
     assert app["pinned_node"] == "cpu-1"
     audit = await run_json(capsys, "audit", "--kubeconfig", str(path))
@@ -411,9 +427,29 @@ async def audit_fixture(kube) -> None:
         kube, "jupyter-carol--x", "carol", "x", node="cpu-2", claims=["claim-carol"]
     )
     await create_user_pod(kube, "jupyter-dave", "dave", node="cpu-1", claims=["claim-dave"])
-    await create_user_pod(kube, "jupyter-dave--b", "dave", "b", node="cpu-2", claims=["claim-dave"])
-    await create_user_pod(kube, "jupyter-erin", "erin", node="cpu-2", claims=["claim-erin"])
-    await kube.create_volume_attachment(erin_pv["metadata"]["name"], "cpu-1")
+    # The controller attaches dave's home to cpu-1 only: this pod waits for it (Multi-Attach).
+    await create_user_pod(
+        kube, "jupyter-dave--b", "dave", "b", node="cpu-2", claims=["claim-dave"], running=False
+    )
+    # erin's server ran on cpu-1 and stopped, but cpu-1's kubelet still has her volume in use
+    # (an unmount that hangs): the controller keeps it attached there, her new server waits.
+    await create_user_pod(
+        kube, "jupyter-erin--old", "erin", "old", node="cpu-1", claims=["claim-erin"]
+    )
+    await wait_for_attachment(kube, erin_pv["metadata"]["name"], "cpu-1")
+    node = await kube.core.read_node("cpu-1")
+    erin_volume = [
+        v.name for v in node.status.volumes_attached if v.name.endswith(erin_pv["metadata"]["name"])
+    ]
+    await kube.core.patch_node_status("cpu-1", {"status": {"volumesInUse": erin_volume}})
+    await kube.core.delete_namespaced_pod("jupyter-erin--old", kube.namespace)
+    while "jupyter-erin--old" in {
+        p.metadata.name for p in (await kube.core.list_namespaced_pod(kube.namespace)).items
+    }:
+        await asyncio.sleep(0.1)
+    await create_user_pod(
+        kube, "jupyter-erin", "erin", node="cpu-2", claims=["claim-erin"], running=False
+    )
 
 
 async def test_audit_lists_pinned_users_stranded_servers_and_split_claims(kube, capsys):

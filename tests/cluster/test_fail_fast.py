@@ -1,8 +1,9 @@
 """Event-driven fail fast: start() ends hopeless spawns from real pod events.
 
-The scheduler's FailedScheduling comes from the real kube-scheduler. Events of components that do
-not run here (cluster-autoscaler, Karpenter, the attach/detach controller) are created through the
-API in their real formats (DESIGN section 9), as those components would write them.
+The scheduler's FailedScheduling comes from the real kube-scheduler, the attach/detach
+controller's FailedAttachVolume from the real kube-controller-manager (test_real_attach.py). Events
+of components that do not run here (cluster-autoscaler, Karpenter, a kubelet pulling images) are
+created through the API in their real formats, as those components would write them.
 """
 
 from __future__ import annotations
@@ -13,12 +14,11 @@ import time
 from datetime import datetime, timezone
 
 import pytest
+from kube.helpers import HOLD  # kwok leaves a bound pod with it Pending
 
 from nebari_colocate.spawner import ColocationRefused
 
 from .test_spawner_cluster import metric
-
-HOLD = {"kubelet-stub.nebari.dev/hold": "true"}  # the stub leaves the pod Pending once bound
 
 
 def _now() -> str:
@@ -191,38 +191,6 @@ async def test_an_unschedulable_pod_with_no_autoscaler_fails_after_the_grace_per
     assert 2 <= elapsed < 15
     print(f"unschedulable, 2 s grace: verdict {elapsed:.2f}s after the spawn request")
     await assert_pod_gone(kube, lab.pod_name)
-
-
-async def test_multi_attach_ends_the_spawn_naming_only_the_users_own_servers(kube, spawners):
-    await kube.create_node("node-a")
-    await kube.create_bound_claim("claim-alice")
-    app = spawners.make("alice", "pandas-app")
-    await spawners.start(app)
-    lab = spawners.make("alice", extra_annotations=HOLD)
-    start = asyncio.ensure_future(spawners.start(lab))
-    await kube.wait_for_binding(lab.pod_name)
-    message = (
-        'Multi-Attach error for volume "pv-claim-alice" Volume is already used by pod(s) '
-        f"{app.pod_name}, jupyter-bob"
-    )
-    emitted = time.perf_counter()
-    await emit_event(
-        kube,
-        lab.pod_name,
-        "FailedAttachVolume",
-        message,
-        component="attachdetach-controller",
-        type_="Warning",
-    )
-    with pytest.raises(ColocationRefused) as refused:
-        await start
-    after_event = time.perf_counter() - emitted
-    assert refused.value.event_verdict.reason == "multi-attach"
-    text = refused.value.jupyterhub_message
-    assert "'pandas-app'" in text
-    assert "bob" not in text
-    await assert_pod_gone(kube, lab.pod_name)
-    print(f"multi-attach: verdict {after_event:.2f}s after the deciding event")
 
 
 async def test_an_invalid_image_name_ends_the_spawn_at_once(kube, spawners):

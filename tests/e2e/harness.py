@@ -7,8 +7,8 @@
     ...
     await hub.stop()         # SIGTERM, then SIGKILL to the process groups; nothing is left running
 
-Everything listens on 127.0.0.1 (the hub, the proxy, the proxy's API) or on the 127.0.0.X pod IPs
-the kubelet stub hands out (the single-user stub, see singleuser_stub.py). The hub runs
+Everything listens on 127.0.0.1 (the hub, the proxy, the proxy's API) or on the 127.x pod IPs
+kwok hands out (the single-user stub, see singleuser_stub.py). The hub runs
 ``python -m jupyterhub -f tests/e2e/jupyterhub_config.py`` with the Python of this test run, so it
 uses the JupyterHub installed there (5.x or 6.x), ``spawner_class = "colocate"`` through the
 package's entry point, and KubeSpawner reads the control plane's kubeconfig from $KUBECONFIG.

@@ -1,7 +1,7 @@
 """Single-user server stub: TEST SCAFFOLDING, not jupyterhub-singleuser.
 
-The test control plane runs no containers: the kubelet stub (tests/kube/kubelet_stub.py) marks a
-bound pod Running with a podIP 127.0.0.X, and nothing listens there. JupyterHub, once KubeSpawner
+The test control plane runs no containers: kwok (tests/kube/kwok-stages.yaml) marks a bound pod
+Running with a podIP in 127.0.0.0/8, and nothing listens there. JupyterHub, once KubeSpawner
 reports the pod running, waits for an HTTP answer at ``http://<podIP>:<port><base_url>api``
 before it calls the server ready, adds the proxy route and reports it ready in the REST API.
 
@@ -11,7 +11,7 @@ container port (8888, KubeSpawner's default) and answers every request with 200 
 body naming the pod, as jupyter_server's ``GET <base_url>api`` would, with the
 ``X-JupyterHub-Version`` header the hub reads from that response. When the pod goes away it stops
 listening. It never authenticates anyone and serves nothing else: it only lets the hub's
-"is the server up?" check succeed for a pod that the kubelet stub says is running.
+"is the server up?" check succeed for a pod that kwok says is running.
 
     python singleuser_stub.py --kubeconfig admin.kubeconfig --namespace NS
 

@@ -2,6 +2,8 @@
 # Build the test control plane from unmodified upstream Go modules:
 #   bin/etcd  (go.etcd.io/etcd/server/v3)
 #   bin/kube  (k8s.io/kubernetes: `kube apiserver|scheduler|controller-manager ...`)
+#   bin/kwok  (sigs.k8s.io/kwok/cmd/kwok, built as a `tool` of the k8s module: its k8s.io/* modules
+#              are the ones of the multicall, so the packages compiled for one serve the other)
 # Idempotent: Go's build cache makes a rebuild with no change take seconds. Prints the bin dir last.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -23,8 +25,19 @@ ldflags="$ldflags -X k8s.io/client-go/pkg/version.gitVersion=$k8s_version"
 exec 9>"${TMPDIR:-/tmp}/nebari-colocate-go-build.lock"
 flock 9
 
+kwok_version="$(awk '$1 == "sigs.k8s.io/kwok" && $2 ~ /^v/ {print $2; exit}' "$here/k8s/go.mod")"
+
+build() {  # build NAME MODULE_DIR PACKAGE LDFLAGS; says how long it took on stderr
+  local t0
+  t0=$(date +%s)
+  (cd "$here/$2" && go build -trimpath -ldflags "$4" -o "$bin/$1" "$3")
+  echo "build.sh: $1 in $(( $(date +%s) - t0 ))s" >&2
+}
+
 start=$(date +%s)
-(cd "$here/etcd" && go build -trimpath -ldflags "-s -w" -o "$bin/etcd" .)
-(cd "$here/k8s" && go build -trimpath -ldflags "$ldflags" -o "$bin/kube" .)
-echo "control plane built in $(( $(date +%s) - start ))s: $bin/etcd $bin/kube ($k8s_version)" >&2
+build etcd etcd . "-s -w"
+build kube k8s . "$ldflags"
+build kwok k8s sigs.k8s.io/kwok/cmd/kwok "-s -w"
+echo "control plane built in $(( $(date +%s) - start ))s: $bin/etcd $bin/kube ($k8s_version)" \
+  "$bin/kwok ($kwok_version)" >&2
 echo "$bin"

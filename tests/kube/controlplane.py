@@ -1,15 +1,23 @@
-"""A throwaway Kubernetes control plane for cluster tests: etcd, kube-apiserver, kube-scheduler.
+"""A throwaway Kubernetes cluster for cluster tests, every part a real component but the kubelet's
+volume wait: etcd, kube-apiserver, kube-scheduler, kube-controller-manager and kwok.
 
 Plain Python, no pytest: the fixtures in ``tests/conftest.py`` and the benchmarks both use it.
 
-    cp = ControlPlane(bin_dir)      # bin_dir holds `etcd` and `kube` (see tests/kube/build.sh)
+    cp = ControlPlane(bin_dir)      # bin_dir holds `etcd`, `kube` and `kwok` (tests/kube/build.sh)
     cp.start()                      # blocks until every component is ready, or raises RuntimeError
     ... cp.kubeconfig ...           # admin kubeconfig (client cert in group system:masters)
     cp.stop()                       # kills every process it started, removes its temp dir
 
-Everything listens on 127.0.0.1 only, on free ports picked at start. There is no
-kube-controller-manager and no kubelet: Nodes are plain API objects (see ``helpers.create_node``)
-and an optional "kubelet stub" (``kubelet_stub.py``) marks bound pods Running.
+Everything listens on 127.0.0.1 only, on free ports picked at start. Nodes are API objects
+(``helpers.create_node``) that kwok keeps Ready with Leases; kwok moves bound pods to Running
+with pod IPs from a 127.x range, finishes graceful deletes and acknowledges VolumeAttachments (the
+Stages in ``kwok-stages.yaml``). kube-controller-manager runs the attach/detach controller, the PV
+binder, the PVC/PV protection, namespace and garbage-collector controllers. ``volume_gate.py`` keeps
+a pod from starting before its volumes are attached, which no kwok Stage can express.
+
+``kwok=False`` leaves kwok and the volume gate out (pods stay Pending once bound, as in a cluster
+state frozen for a benchmark); ``controllers`` picks kube-controller-manager's controllers (an
+empty tuple: no kube-controller-manager).
 """
 
 from __future__ import annotations
@@ -21,6 +29,7 @@ import datetime
 import ipaddress
 import json
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -44,12 +53,31 @@ HOST = "127.0.0.1"
 # (the `kubernetes` Service takes its first address). A loopback range keeps every address the
 # control plane ever hands out on 127.0.0.0/8.
 SERVICE_CLUSTER_IP_RANGE = "127.96.0.0/16"
-# TaintNodesByCondition would taint every new Node not-ready (no kubelet ever clears it);
-# ServiceAccount would reject pods whose `default` ServiceAccount does not exist (no
-# kube-controller-manager creates it) and inject token volumes.
+# TaintNodesByCondition would taint every new Node not-ready, and only kube-controller-manager's
+# node-lifecycle controller (not run: it would also evict pods of nodes it judges unhealthy) clears
+# that taint; ServiceAccount would reject pods whose `default` ServiceAccount does not exist (the
+# serviceaccount controller is not run either) and inject token volumes.
 DISABLED_ADMISSION_PLUGINS = ("TaintNodesByCondition", "ServiceAccount")
 
-KUBELET_STUB = Path(__file__).with_name("kubelet_stub.py")
+# kube-controller-manager's controllers: claims bound, volumes attached and detached (with the
+# real Multi-Attach event), finalizers of claims and volumes, namespaces and owned objects removed.
+CONTROLLERS = (
+    "attachdetach",
+    "persistentvolume-binder",
+    "pvc-protection",
+    "pv-protection",
+    "namespace",
+    "garbagecollector",
+)
+PV_RESYNC = "1s"
+KWOK_STAGES = Path(__file__).with_name("kwok-stages.yaml")
+VOLUME_GATE = Path(__file__).with_name("volume_gate.py")
+# The hostIP of every pod (kwok's --node-ip, and the InternalIP of helpers.create_node's Nodes).
+NODE_IP = HOST
+NODE_LEASE_SECONDS = 40  # a kubelet's default
+# The line kwok v0.8.0 logs once its node and pod controllers run and it watches the resources of
+# its other Stages (VolumeAttachments).
+KWOK_READY = "watching stages"
 
 
 def free_port() -> int:
@@ -302,8 +330,19 @@ def _port_in_use(log_path: Path) -> bool:
     return "address already in use" in text
 
 
+def pod_cidr() -> str:
+    """A /16 of 127.0.0.0/8 for this control plane's pod IPs, away from 127.0.0.x (where the hub,
+    the proxy and every server listen), from the service range and, by chance, from other
+    control planes running now."""
+    service = ipaddress.ip_network(SERVICE_CLUSTER_IP_RANGE)
+    while True:
+        cidr = ipaddress.ip_network(f"127.{secrets.randbelow(200) + 50}.0.0/16")
+        if not cidr.overlaps(service):
+            return str(cidr)
+
+
 class ControlPlane:
-    """etcd + kube-apiserver + kube-scheduler (+ the kubelet stub), loopback only.
+    """etcd, kube-apiserver, kube-scheduler, kube-controller-manager, kwok: loopback only.
 
     ``workdir``: where to create this control plane's own temp dir (certs, kubeconfigs, the etcd
     data dir and one log file per component); None means the system temp dir. ``stop()`` removes
@@ -311,10 +350,16 @@ class ControlPlane:
     ``start()`` fails it stops what it started, keeps the logs and raises RuntimeError with the
     failing component's log tail.
 
+    ``kwok``: run kwok and the volume gate (default). ``controllers``: the controllers of
+    kube-controller-manager (default ``CONTROLLERS``; empty: do not run it). ``kubelet_stub`` is
+    the former name of ``kwok`` (the hand-written kubelet stub it switched is gone): when given,
+    it decides ``kwok``.
+
     Attributes set by ``start()``: ``dir``, ``kubeconfig`` (admin, group system:masters),
     ``server`` (https URL of the apiserver), ``ca_file``, ``etcd_log``, ``apiserver_log``,
-    ``scheduler_log``, ``kubelet_stub_log`` (None when the stub is off), ``logs`` (name -> path),
-    ``pids`` (name -> pid), ``startup_seconds``.
+    ``scheduler_log``, ``controller_manager_log``, ``kwok_log``, ``volume_gate_log`` (None for a
+    component not run), ``pod_cidr`` (kwok's pod IP range), ``logs`` (name -> path), ``pids``
+    (name -> pid), ``startup_seconds``. ``kubelet_stub_log`` is kept, always None.
     """
 
     def __init__(
@@ -322,15 +367,20 @@ class ControlPlane:
         bin_dir: str | os.PathLike[str],
         workdir: str | os.PathLike[str] | None = None,
         *,
-        kubelet_stub: bool = True,
+        kwok: bool = True,
+        controllers: tuple[str, ...] | list[str] = CONTROLLERS,
+        kubelet_stub: bool | None = None,
         keep_logs: bool = False,
         timeout: float = 60.0,
     ) -> None:
         self.bin_dir = Path(bin_dir)
         self.etcd_bin = self.bin_dir / "etcd"
         self.kube_bin = self.bin_dir / "kube"
+        self.kwok_bin = self.bin_dir / "kwok"
         self.parent_dir = Path(workdir) if workdir is not None else None
-        self.kubelet_stub = kubelet_stub
+        self.kwok = kwok if kubelet_stub is None else kubelet_stub
+        self.controllers = tuple(controllers)
+        self.pod_cidr = pod_cidr()
         self.keep_logs = keep_logs
         self.timeout = timeout
 
@@ -341,6 +391,9 @@ class ControlPlane:
         self.etcd_log: str | None = None
         self.apiserver_log: str | None = None
         self.scheduler_log: str | None = None
+        self.controller_manager_log: str | None = None
+        self.kwok_log: str | None = None
+        self.volume_gate_log: str | None = None
         self.kubelet_stub_log: str | None = None
         self.startup_seconds: float | None = None
 
@@ -351,6 +404,11 @@ class ControlPlane:
         self._atexit_registered = False
 
     # -- public ---------------------------------------------------------------------------------
+
+    @property
+    def kubelet_stub(self) -> bool:
+        """The former name of ``kwok``."""
+        return self.kwok
 
     @property
     def logs(self) -> dict[str, str]:
@@ -364,7 +422,7 @@ class ControlPlane:
         """Start every component and wait until it is ready; RuntimeError (with logs) if not."""
         if self.dir is not None:
             raise RuntimeError("ControlPlane.start() called twice")
-        for path in (self.etcd_bin, self.kube_bin):
+        for path in (self.etcd_bin, self.kube_bin, *([self.kwok_bin] if self.kwok else [])):
             if not os.access(path, os.X_OK):
                 raise RuntimeError(f"{path} is missing or not executable: run tests/kube/build.sh")
         t0 = time.monotonic()
@@ -379,8 +437,11 @@ class ControlPlane:
             self._start_etcd()
             self._start_apiserver()
             self._start_scheduler()
-            if self.kubelet_stub:
-                self._start_kubelet_stub()
+            if self.controllers:
+                self._start_controller_manager()
+            if self.kwok:
+                self._start_kwok()
+                self._start_volume_gate()
         except BaseException as e:
             # Keep the logs for a post-mortem; the message of a RuntimeError has their tails.
             keep, self.keep_logs = self.keep_logs, True
@@ -397,7 +458,7 @@ class ControlPlane:
     def stop(self) -> None:
         """Kill every process this control plane started and remove its temp dir. Idempotent."""
         with self._lock:
-            # Reverse start order: the stub and the scheduler first, etcd last.
+            # Reverse start order: kwok and the controllers first, etcd last.
             for component in reversed(list(self._components.values())):
                 with contextlib.suppress(Exception):
                     component.stop()
@@ -620,15 +681,86 @@ class ControlPlane:
         self._retry_on_port_clash("scheduler", attempt)
         self.scheduler_log = str(self._components["scheduler"].log_path)
 
-    def _start_kubelet_stub(self) -> None:
+    def _start_controller_manager(self) -> None:
+        def attempt() -> None:
+            port = free_port()
+            component = self._launch(
+                "controller-manager",
+                [
+                    str(self.kube_bin),
+                    "controller-manager",
+                    f"--kubeconfig={self.kubeconfig}",
+                    # Without these it looks for an in-cluster config to review the tokens and
+                    # authorize the callers of its endpoints; the admin kubeconfig serves both.
+                    f"--authentication-kubeconfig={self.kubeconfig}",
+                    f"--authorization-kubeconfig={self.kubeconfig}",
+                    # Client certs are checked against our CA, not looked up in the cluster (whose
+                    # extension-apiserver-authentication ConfigMap has no request-header CA).
+                    "--authentication-skip-lookup=true",
+                    f"--client-ca-file={self.ca_file}",
+                    f"--controllers={','.join(self.controllers)}",
+                    # The PV controller matches a new claim against its cache of PVs; a PV created a
+                    # moment before may not be in it yet, and the claim then waits for the next
+                    # resync (15 s by default).
+                    f"--pvclaimbinder-sync-period={PV_RESYNC}",
+                    "--leader-elect=false",
+                    "--use-service-account-credentials=false",
+                    f"--bind-address={HOST}",
+                    f"--secure-port={port}",
+                    f"--tls-cert-file={self._serving_cert}",
+                    f"--tls-private-key-file={self._serving_key}",
+                    f"--cert-dir={self.dir / 'controller-manager-certs'}",
+                    "--profiling=false",
+                ],
+            )
+            ctx = self._ssl_context(client_cert=False)
+
+            def ready() -> bool:
+                status, _ = self._get(f"https://{HOST}:{port}/healthz", ctx)
+                return status == 200
+
+            self._wait(component, "healthy (/healthz)", ready)
+
+        self._retry_on_port_clash("controller-manager", attempt)
+        self.controller_manager_log = str(self._components["controller-manager"].log_path)
+
+    def _start_kwok(self) -> None:
+        # kwok reads $KWOK_WORKDIR/kwok.yaml (default ~/.kwok) before --config: point it at a
+        # directory of its own so no configuration of this machine's user leaks in.
+        workdir = self.dir / "kwok"
+        workdir.mkdir()
         component = self._launch(
-            "kubelet-stub",
-            [sys.executable, "-u", str(KUBELET_STUB), "--kubeconfig", self.kubeconfig],
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            "kwok",
+            [
+                str(self.kwok_bin),
+                f"--kubeconfig={self.kubeconfig}",
+                f"--config={KWOK_STAGES}",
+                "--manage-all-nodes=true",
+                f"--cidr={self.pod_cidr}",
+                f"--node-ip={NODE_IP}",
+                # The Lease a kubelet renews (kwok's flag defaults to 0: no Leases at all).
+                f"--node-lease-duration-seconds={NODE_LEASE_SECONDS}",
+                # No --server-address and no --node-port: kwok serves nothing (no logs, exec or
+                # metrics endpoints) and so listens on no port at all.
+            ],
+            env={**os.environ, "KWOK_WORKDIR": str(workdir)},
         )
-        self.kubelet_stub_log = str(component.log_path)
+        self.kwok_log = str(component.log_path)
 
         def ready() -> bool:
-            return "kubelet-stub: ready" in component.log_path.read_text(errors="replace")
+            return KWOK_READY in component.log_path.read_text(errors="replace")
+
+        self._wait(component, "ready", ready)
+
+    def _start_volume_gate(self) -> None:
+        component = self._launch(
+            "volume-gate",
+            [sys.executable, "-u", str(VOLUME_GATE), "--kubeconfig", self.kubeconfig],
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+        self.volume_gate_log = str(component.log_path)
+
+        def ready() -> bool:
+            return "volume-gate: ready" in component.log_path.read_text(errors="replace")
 
         self._wait(component, "ready", ready)

@@ -4,8 +4,10 @@ Every helper takes a kubernetes_asyncio ``ApiClient``, or any generated API obje
 ``StorageV1Api``, ...) whose ``.api_client`` is used. Objects are returned as camelCase dicts, the
 shape the API serves and KubeSpawner's reflectors cache.
 
-There is no kube-controller-manager: nothing binds claims, removes the `pvc-protection` /
-`pv-protection` finalizers or finishes namespace deletion, so the helpers do each of those by hand.
+The cluster does the rest as a real one does: kube-controller-manager's PV controller binds the
+claims, its attach/detach controller attaches the volumes of pods bound to nodes (kwok plays the
+CSI external-attacher), its protection, namespace and garbage-collector controllers finish
+deletions; kwok keeps Nodes Ready and runs bound pods (see controlplane.py).
 """
 
 from __future__ import annotations
@@ -21,6 +23,19 @@ from kubernetes_asyncio.client import ApiClient
 from kubernetes_asyncio.client.exceptions import ApiException
 
 FAKE_CSI_DRIVER = "csi.colocate.test"
+# Static provisioning (an operator creates the PVs): one class that binds at once, one that waits
+# for the first pod (the PV controller leaves the claim to kube-scheduler's VolumeBinding plugin).
+IMMEDIATE_CLASS = "standard"
+WFFC_CLASS = "standard-wffc"
+STORAGE_CLASSES = {IMMEDIATE_CLASS: "Immediate", WFFC_CLASS: "WaitForFirstConsumer"}
+# What a kubelet puts on the Node it registers when the attach/detach controller is to attach its
+# volumes (kubelet --enable-controller-attach-detach, the default): without it the controller
+# ignores the node's pods and no VolumeAttachment is ever created for them.
+CONTROLLER_MANAGED_ATTACH = "volumes.kubernetes.io/controller-managed-attach-detach"
+# Bound pods with this annotation stay Pending (kwok's pod-running Stage skips them): tests of
+# events of a kubelet that cannot start a pod. The name is the one the former kubelet stub read.
+HOLD_ANNOTATION = "kubelet-stub.nebari.dev/hold"
+HOLD = {HOLD_ANNOTATION: "true"}
 # Labels on the cluster-scoped objects the helpers create, so cleanup() finds them.
 LABEL_NAMESPACE = "colocate.test/namespace"
 LABEL_CLAIM = "colocate.test/claim"
@@ -88,46 +103,65 @@ async def create_node(
     memory: str = "16Gi",
     pods: str = "110",
     extra: dict[str, str] | None = None,
+    wait_ready: float | None = None,
 ) -> dict:
-    """Create a schedulable Node (no kubelet behind it) and return it.
+    """Create a Node as a kubelet registers one (kwok plays its kubelet) and return it.
 
-    Labels: ``kubernetes.io/hostname=name`` plus `labels`. `taints` are Taint dicts
+    Labels: ``kubernetes.io/hostname=name`` plus `labels`; annotation
+    ``volumes.kubernetes.io/controller-managed-attach-detach``. `taints` are Taint dicts
     (``{"key": ..., "value": ..., "effect": "NoSchedule"}``). ``status.capacity`` and
     ``status.allocatable`` are cpu, memory, pods plus `extra` (e.g. ``{"nvidia.com/gpu": "1"}``),
-    set through the status subresource with a Ready=True condition.
+    the InternalIP 127.0.0.1; the Ready condition is kwok's to report. `wait_ready`: seconds to
+    wait for it (None: do not wait; kube-scheduler does not wait for it either).
     """
     core = _core(api)
     body = {
         "apiVersion": "v1",
         "kind": "Node",
-        "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, **(labels or {})}},
+        "metadata": {
+            "name": name,
+            "labels": {"kubernetes.io/hostname": name, **(labels or {})},
+            "annotations": {CONTROLLER_MANAGED_ATTACH: "true"},
+        },
         "spec": {"unschedulable": unschedulable, "taints": list(taints or [])},
     }
     await core.create_node(body)
     resources = {"cpu": cpu, "memory": memory, "pods": pods, **(extra or {})}
-    now = _now()
     status = {
         "status": {
             "capacity": resources,
             "allocatable": resources,
-            "conditions": [
-                {
-                    "type": "Ready",
-                    "status": "True",
-                    "reason": "KubeletReady",
-                    "message": "kubelet stub: no kubelet runs in tests",
-                    "lastHeartbeatTime": now,
-                    "lastTransitionTime": now,
-                }
-            ],
             "addresses": [
                 {"type": "InternalIP", "address": "127.0.0.1"},
                 {"type": "Hostname", "address": name},
             ],
         }
     }
-    node = await core.patch_node_status(name, status)
-    return to_dict(api, node)
+    node = to_dict(api, await core.patch_node_status(name, status))
+    if wait_ready is not None:
+        node = await wait_for_node_ready(api, name, wait_ready)
+    return node
+
+
+def is_ready(node: dict) -> bool:
+    """The Node's Ready condition is True."""
+    return any(
+        c.get("type") == "Ready" and c.get("status") == "True"
+        for c in (node.get("status") or {}).get("conditions") or []
+    )
+
+
+async def wait_for_node_ready(api, name: str, timeout: float = 30) -> dict:
+    """Wait until the Node reports Ready (kwok's node-ready Stage); return it."""
+    core = _core(api)
+    deadline = time.monotonic() + timeout
+    while True:
+        node = to_dict(api, await core.read_node(name))
+        if is_ready(node):
+            return node
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"node {name} not Ready after {timeout} s (is kwok running?)")
+        await asyncio.sleep(POLL)
 
 
 async def cordon(api, name: str) -> dict:
@@ -181,59 +215,55 @@ def _volume_node_affinity(spec) -> dict | None:
     raise ValueError(f"not a node affinity: {spec!r}")
 
 
-async def create_bound_claim(
+async def ensure_storage_classes(api) -> None:
+    """Create the StorageClasses of ``STORAGE_CLASSES`` (static provisioning) if missing."""
+    storage = _storage(api)
+    for name, mode in STORAGE_CLASSES.items():
+        body = {
+            "apiVersion": "storage.k8s.io/v1",
+            "kind": "StorageClass",
+            "metadata": {"name": name},
+            "provisioner": "kubernetes.io/no-provisioner",
+            "volumeBindingMode": mode,
+            "reclaimPolicy": "Retain",
+        }
+        try:
+            await storage.create_storage_class(body)
+        except ApiException as e:
+            if e.status != 409:
+                raise
+
+
+async def create_claim(
     api,
     namespace: str,
     name: str,
     access_modes: Iterable[str] = ("ReadWriteOnce",),
     *,
-    storage_class: str | None = "standard",
+    storage_class: str | None = IMMEDIATE_CLASS,
     pv_node_affinity=None,
     size: str = "1Gi",
 ) -> tuple[dict, dict]:
-    """Create a PVC and a PV bound to each other as the PV controller would leave them.
+    """Create a static CSI PersistentVolume and a claim that selects it; return (pvc, pv) as
+    created (the claim still Pending: the PV controller or kube-scheduler binds it).
 
-    The PV (cluster-scoped, named ``pv-<namespace>-<name>``, labelled with the namespace so
-    cleanup() finds it) uses a fake CSI driver. Bound means: PVC ``spec.volumeName`` + annotation
-    ``pv.kubernetes.io/bind-completed``, PV ``spec.claimRef`` with the claim's uid, and phase
-    Bound on both (status subresource): the scheduler's VolumeBinding plugin then treats the claim
-    as bound and only checks the PV's node affinity.
+    The PV (cluster-scoped, named ``pv-<namespace>-<name>``, CSI driver ``FAKE_CSI_DRIVER``,
+    reclaim policy Retain) carries the labels ``LABEL_NAMESPACE`` and ``LABEL_CLAIM``, which the
+    claim's ``spec.selector`` matches: no other claim of the cluster can take it.
 
     `pv_node_affinity`: None, a node name or list of names (``kubernetes.io/hostname In``), a
     NodeSelector dict (``{"nodeSelectorTerms": [...]}``) or a full VolumeNodeAffinity.
-    Returns (pvc, pv).
     """
     core = _core(api)
+    if storage_class in STORAGE_CLASSES:
+        await ensure_storage_classes(api)
     access_modes = list(access_modes)
     pv_name = _short_name("pv", namespace, name)
-    pvc_body = {
-        "apiVersion": "v1",
-        "kind": "PersistentVolumeClaim",
-        "metadata": {
-            "name": name,
-            "namespace": namespace,
-            "annotations": {
-                "pv.kubernetes.io/bind-completed": "yes",
-                "pv.kubernetes.io/bound-by-controller": "yes",
-            },
-        },
-        "spec": {
-            "accessModes": access_modes,
-            "resources": {"requests": {"storage": size}},
-            "storageClassName": storage_class,
-            "volumeName": pv_name,
-            "volumeMode": "Filesystem",
-        },
-    }
-    pvc = await core.create_namespaced_persistent_volume_claim(namespace, pvc_body)
+    labels = {LABEL_NAMESPACE: namespace, LABEL_CLAIM: name}
     pv_body = {
         "apiVersion": "v1",
         "kind": "PersistentVolume",
-        "metadata": {
-            "name": pv_name,
-            "labels": {LABEL_NAMESPACE: namespace, LABEL_CLAIM: name},
-            "annotations": {"pv.kubernetes.io/provisioned-by": FAKE_CSI_DRIVER},
-        },
+        "metadata": {"name": pv_name, "labels": labels},
         "spec": {
             "capacity": {"storage": size},
             "accessModes": access_modes,
@@ -241,39 +271,90 @@ async def create_bound_claim(
             "storageClassName": storage_class,
             "volumeMode": "Filesystem",
             "csi": {"driver": FAKE_CSI_DRIVER, "volumeHandle": pv_name},
-            "claimRef": {
-                "apiVersion": "v1",
-                "kind": "PersistentVolumeClaim",
-                "namespace": namespace,
-                "name": name,
-                "uid": pvc.metadata.uid,
-            },
         },
     }
     affinity = _volume_node_affinity(pv_node_affinity)
     if affinity is not None:
         pv_body["spec"]["nodeAffinity"] = affinity
-    await core.create_persistent_volume(pv_body)
-    pv = await core.patch_persistent_volume_status(pv_name, {"status": {"phase": "Bound"}})
-    pvc = await core.patch_namespaced_persistent_volume_claim_status(
-        name,
-        namespace,
-        {
-            "status": {
-                "phase": "Bound",
-                "accessModes": access_modes,
-                "capacity": {"storage": size},
-            }
+    pv = await core.create_persistent_volume(pv_body)
+    pvc_body = {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "accessModes": access_modes,
+            "resources": {"requests": {"storage": size}},
+            "storageClassName": storage_class,
+            "selector": {"matchLabels": labels},
+            "volumeMode": "Filesystem",
         },
-    )
+    }
+    pvc = await core.create_namespaced_persistent_volume_claim(namespace, pvc_body)
     return to_dict(api, pvc), to_dict(api, pv)
 
 
-async def create_volume_attachment(api, pv_name: str, node_name: str, attached: bool = True):
-    """Create a storage.k8s.io/v1 VolumeAttachment of a PV to a node; set ``status.attached``.
+async def wait_for_claim_bound(api, namespace: str, name: str, timeout: float = 30) -> dict:
+    """Wait until the claim is Bound (``status.phase``) and return it."""
+    core = _core(api)
+    deadline = time.monotonic() + timeout
+    while True:
+        pvc = to_dict(api, await core.read_namespaced_persistent_volume_claim(name, namespace))
+        if (pvc.get("status") or {}).get("phase") == "Bound":
+            return pvc
+        if time.monotonic() > deadline:
+            raise TimeoutError(
+                f"claim {namespace}/{name} not Bound after {timeout} s "
+                f"(phase {(pvc.get('status') or {}).get('phase')}): is the PV controller running?"
+            )
+        await asyncio.sleep(POLL)
 
-    Named as the CSI attach/detach controller names them (csi-<sha256(handle+driver+node)>).
-    Returns the VolumeAttachment dict.
+
+async def create_bound_claim(
+    api,
+    namespace: str,
+    name: str,
+    access_modes: Iterable[str] = ("ReadWriteOnce",),
+    *,
+    storage_class: str | None = IMMEDIATE_CLASS,
+    pv_node_affinity=None,
+    size: str = "1Gi",
+    timeout: float = 30,
+) -> tuple[dict, dict]:
+    """``create_claim``, then wait until kube-controller-manager's PV controller bound the claim
+    to its PV (``spec.volumeName``, ``spec.claimRef`` with the claim's uid, phase Bound on both).
+    Returns (pvc, pv) as bound. A claim of ``WFFC_CLASS`` is not bound before a pod uses it:
+    use ``create_claim`` for those.
+    """
+    pvc, pv = await create_claim(
+        api,
+        namespace,
+        name,
+        access_modes,
+        storage_class=storage_class,
+        pv_node_affinity=pv_node_affinity,
+        size=size,
+    )
+    pvc = await wait_for_claim_bound(api, namespace, name, timeout)
+    pv = to_dict(api, await _core(api).read_persistent_volume(pv["metadata"]["name"]))
+    return pvc, pv
+
+
+async def list_volume_attachments(api, pv_name: str) -> list[dict]:
+    """The VolumeAttachments of a PV (made by the attach/detach controller or by hand)."""
+    vas = await _storage(api).list_volume_attachment()
+    return [
+        to_dict(api, va) for va in vas.items if va.spec.source.persistent_volume_name == pv_name
+    ]
+
+
+async def create_volume_attachment(api, pv_name: str, node_name: str, attached: bool = True):
+    """Create a storage.k8s.io/v1 VolumeAttachment of a PV to a node by hand; set
+    ``status.attached``. Returns the VolumeAttachment dict.
+
+    Named as the attach/detach controller names them (csi-<sha256(handle+driver+node)>). The
+    controller reads VolumeAttachments it did not make only when it starts, so it ignores this
+    one; kwok's volume-attached Stage turns an ``attached: false`` into true within moments. For
+    an attachment as a cluster makes it, run a pod that mounts the claim.
     """
     pv = await _core(api).read_persistent_volume(pv_name)
     driver, handle = FAKE_CSI_DRIVER, pv_name
@@ -408,7 +489,7 @@ def is_running(pod: dict) -> bool:
 
 
 async def wait_for_running(api, namespace: str, pod_name: str, timeout: float = 30) -> dict:
-    """Wait until the pod is running (as the kubelet stub reports it); return the pod."""
+    """Wait until the pod is running (as kwok reports it); return the pod."""
     return await wait_for_pod(api, namespace, pod_name, is_running, timeout, "Running")
 
 
@@ -492,9 +573,11 @@ async def _drop_finalizers(patch, *args) -> None:
 
 
 async def cleanup(api, namespace: str, node_names: Iterable[str] = ()) -> None:
-    """Delete the namespace's pods (grace 0) and PVCs, the PVs and VolumeAttachments the helpers
-    created for it, and the named Nodes (waiting until they are gone). Finalizers that only
-    kube-controller-manager would remove are removed by hand."""
+    """Delete the namespace's pods (grace 0) and claims, the PVs the helpers made for it, the
+    VolumeAttachments of those PVs that were made by hand, and the named Nodes (waiting until they
+    are gone). Finalizers a test put on its pods are removed; the protection finalizers of claims
+    and PVs are kube-controller-manager's to remove once nothing uses them, and the attach/detach
+    controller detaches (deletes) the attachments it made once the pods are gone."""
     core, storage = _core(api), _storage(api)
     pods = await core.list_namespaced_pod(namespace)
     for pod in pods.items:
@@ -505,43 +588,22 @@ async def cleanup(api, namespace: str, node_names: Iterable[str] = ()) -> None:
 
     pvcs = await core.list_namespaced_persistent_volume_claim(namespace)
     for pvc in pvcs.items:
-        name = pvc.metadata.name
-        await _drop_finalizers(core.patch_namespaced_persistent_volume_claim, name, namespace)
-        await _ignore_404(core.delete_namespaced_persistent_volume_claim(name, namespace))
+        await _ignore_404(
+            core.delete_namespaced_persistent_volume_claim(pvc.metadata.name, namespace)
+        )
 
     selector = f"{LABEL_NAMESPACE}={namespace}"
     pvs = await core.list_persistent_volume(label_selector=selector)
     pv_names = {pv.metadata.name for pv in pvs.items}
-    vas = await storage.list_volume_attachment()
+    vas = await storage.list_volume_attachment(label_selector=selector)
     for va in vas.items:
-        labels = va.metadata.labels or {}
-        if va.spec.source.persistent_volume_name in pv_names or labels.get(LABEL_NAMESPACE) == (
-            namespace
-        ):
-            if va.metadata.finalizers:
-                await _drop_finalizers(storage.patch_volume_attachment, va.metadata.name)
-            await _ignore_404(storage.delete_volume_attachment(va.metadata.name))
+        await _ignore_404(storage.delete_volume_attachment(va.metadata.name))
     for name in sorted(pv_names):
-        await _drop_finalizers(core.patch_persistent_volume, name)
         await _ignore_404(core.delete_persistent_volume(name))
 
     await delete_nodes(api, node_names)
 
 
 async def delete_namespace(api, namespace: str) -> None:
-    """Delete a namespace and finish its deletion (no namespace controller runs here)."""
-    core = _core(api)
-    try:
-        await core.delete_namespace(namespace)
-        await core.replace_namespace_finalize(
-            namespace,
-            {
-                "apiVersion": "v1",
-                "kind": "Namespace",
-                "metadata": {"name": namespace},
-                "spec": {"finalizers": []},
-            },
-        )
-    except ApiException as e:
-        if e.status != 404:
-            raise
+    """Delete a namespace; kube-controller-manager's namespace controller empties and removes it."""
+    await _ignore_404(_core(api).delete_namespace(namespace))

@@ -38,7 +38,7 @@ class OrmSpawner:
 
 
 def base_config(namespace: str):
-    """KubeSpawner settings for the test control plane: shared home claim, no kubelet."""
+    """KubeSpawner settings for the test control plane: shared home claim."""
     from traitlets.config import Config
 
     c = Config()
@@ -47,7 +47,7 @@ def base_config(namespace: str):
     ks.image = "quay.io/jupyter/base-notebook:latest"
     ks.start_timeout = 30
     ks.http_timeout = 5
-    ks.delete_grace_period = 0  # no kubelet: a graceful delete would never complete
+    ks.delete_grace_period = 0  # stop servers at once: no test here is about the grace period
     ks.storage_pvc_ensure = True
     ks.pvc_name_template = "claim-{username}"
     ks.storage_capacity = "1Gi"

@@ -1,14 +1,18 @@
-"""The cluster fixtures work against the real kube-apiserver and kube-scheduler."""
+"""The cluster fixtures work: kube-apiserver, kube-scheduler, kube-controller-manager and kwok do
+what a cluster's components do."""
 
 from __future__ import annotations
 
+import asyncio
 import ipaddress
 import os
 import time
 
 import pytest
+from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from kube import helpers
 from kube.controlplane import ControlPlane
 
 # zero-to-jupyterhub's hub Role (namespaced only).
@@ -22,7 +26,26 @@ Z2JH_HUB_RULES = [
 ]
 
 
-async def test_scheduler_binds_and_stub_runs_pod(kube):
+async def test_kwok_keeps_nodes_ready_with_leases(kube):
+    node = await kube.create_node("node-a")
+    assert helpers.is_ready(node)
+    assert node["metadata"]["annotations"][helpers.CONTROLLER_MANAGED_ATTACH] == "true"
+    coordination = client.CoordinationV1Api(kube.api_client)
+    deadline = time.monotonic() + 20
+    while True:
+        try:
+            lease = await coordination.read_namespaced_lease("node-a", "kube-node-lease")
+            break
+        except ApiException as e:
+            if e.status != 404 or time.monotonic() > deadline:
+                raise
+        await asyncio.sleep(0.1)
+    assert lease.spec.holder_identity  # kwok's own identity, where a kubelet puts the node name
+    assert lease.spec.renew_time is not None
+    assert lease.metadata.owner_references[0].name == "node-a"
+
+
+async def test_scheduler_binds_and_kwok_runs_pod(kube, control_plane):
     from kubespawner.spawner import KubeSpawner
 
     await kube.create_node("node-a")
@@ -36,15 +59,75 @@ async def test_scheduler_binds_and_stub_runs_pod(kube):
     status = pod["status"]
     assert status["phase"] == "Running"
     ip = ipaddress.ip_address(status["podIP"])
-    assert ip in ipaddress.ip_network("127.0.0.0/24") and int(ip) & 0xFF >= 2
+    assert ip in ipaddress.ip_network(control_plane.pod_cidr)
+    assert ip in ipaddress.ip_network("127.0.0.0/8")
     assert status["hostIP"] == "127.0.0.1"
     assert {c["type"] for c in status["conditions"] if c["status"] == "True"} >= {
         "PodScheduled",
+        "PodReadyToStartContainers",
         "ContainersReady",
         "Ready",
     }
     # KubeSpawner's own check (it never reads `self`).
     assert KubeSpawner.is_pod_running(None, pod)
+
+
+async def test_a_graceful_delete_finishes(kube):
+    await kube.create_node("node-a")
+    await kube.create_pod("short-lived")
+    await kube.wait_for_running("short-lived")
+    await kube.core.delete_namespaced_pod("short-lived", kube.namespace, grace_period_seconds=30)
+    deadline = time.monotonic() + 10
+    while True:
+        pods = await kube.core.list_namespaced_pod(kube.namespace)
+        if not pods.items:
+            break
+        assert time.monotonic() < deadline, "kwok did not finish the graceful delete"
+        await asyncio.sleep(0.1)
+
+
+async def test_the_pv_controller_binds_a_static_claim(kube):
+    pvc, pv = await kube.create_bound_claim("claim-alice")
+    assert pvc["spec"]["volumeName"] == pv["metadata"]["name"]
+    assert pvc["metadata"]["annotations"]["pv.kubernetes.io/bind-completed"] == "yes"
+    assert pv["spec"]["claimRef"]["uid"] == pvc["metadata"]["uid"]
+    assert pv["status"]["phase"] == "Bound"
+    assert "kubernetes.io/pvc-protection" in pvc["metadata"]["finalizers"]
+
+
+async def test_a_wait_for_first_consumer_claim_is_bound_when_its_pod_is_scheduled(kube):
+    await kube.create_node("node-a")
+    await kube.create_claim("claim-alice", storage_class=helpers.WFFC_CLASS)
+    await asyncio.sleep(1)
+    pvc = await kube.core.read_namespaced_persistent_volume_claim("claim-alice", kube.namespace)
+    assert pvc.status.phase == "Pending"  # nothing binds it before a pod needs it
+    await kube.create_pod("lab", claims=["claim-alice"])
+    assert await kube.wait_for_binding("lab") == "node-a"
+    bound = await kube.wait_for_claim_bound("claim-alice")  # by the scheduler's VolumeBinding
+    assert bound["spec"]["volumeName"] == helpers._short_name("pv", kube.namespace, "claim-alice")
+    await kube.wait_for_running("lab")
+
+
+async def test_a_running_pod_gets_its_volume_attached_by_the_controller(kube):
+    await kube.create_node("node-a")
+    _, pv = await kube.create_bound_claim("claim-alice")
+    await kube.create_pod("lab", claims=["claim-alice"])
+    await kube.wait_for_running("lab")
+    [va] = await kube.volume_attachments(pv["metadata"]["name"])
+    assert va["spec"]["nodeName"] == "node-a"
+    assert va["spec"]["attacher"] == helpers.FAKE_CSI_DRIVER
+    assert va["status"]["attached"] is True
+    node = await kube.core.read_node("node-a")
+    assert [v.name for v in node.status.volumes_attached] == [
+        f"kubernetes.io/csi/{helpers.FAKE_CSI_DRIVER}^{pv['metadata']['name']}"
+    ]
+
+    # The pod goes, the volume is detached: the controller deletes its VolumeAttachment.
+    await kube.core.delete_namespaced_pod("lab", kube.namespace)
+    deadline = time.monotonic() + 20
+    while await kube.volume_attachments(pv["metadata"]["name"]):
+        assert time.monotonic() < deadline, "the volume was not detached"
+        await asyncio.sleep(0.1)
 
 
 async def test_unschedulable_pod_gets_failed_scheduling_event(kube):
@@ -90,13 +173,24 @@ async def test_shared_claim_on_two_nodes_is_fine(kube):
     await kube.assert_no_split_claims()
 
 
+async def test_a_hand_made_volume_attachment_is_acknowledged(kube):
+    await kube.create_node("node-b")
+    _, pv = await kube.create_bound_claim("claim-bob")
+    await kube.create_volume_attachment(pv["metadata"]["name"], "node-b", attached=False)
+    deadline = time.monotonic() + 10
+    while True:
+        [va] = await kube.volume_attachments(pv["metadata"]["name"])
+        if (va.get("status") or {}).get("attached"):
+            break
+        assert time.monotonic() < deadline, "kwok did not acknowledge the VolumeAttachment"
+        await asyncio.sleep(0.1)
+    assert va["spec"]["source"]["persistentVolumeName"] == pv["metadata"]["name"]
+
+
 async def test_bound_claim_pv_node_affinity_and_cordon(kube):
     await kube.create_node("node-a")
     await kube.create_node("node-b")
-    _, pv = await kube.create_bound_claim("claim-bob", pv_node_affinity="node-b")
-    va = await kube.create_volume_attachment(pv["metadata"]["name"], "node-b")
-    assert va["status"]["attached"] is True
-    assert va["spec"]["source"]["persistentVolumeName"] == pv["metadata"]["name"]
+    await kube.create_bound_claim("claim-bob", pv_node_affinity="node-b")
 
     # The claim counts as bound: the scheduler follows the PV's node affinity.
     await kube.create_pod("lab", claims=["claim-bob"])
@@ -153,11 +247,18 @@ def _alive(pid: int) -> bool:
 
 def test_stop_leaves_no_process(kube_bin_dir, tmp_path):
     t0 = time.monotonic()
-    cp = ControlPlane(kube_bin_dir, tmp_path, kubelet_stub=True)
+    cp = ControlPlane(kube_bin_dir, tmp_path)
     try:
         cp.start()
         pids = cp.pids
-        assert set(pids) == {"etcd", "apiserver", "scheduler", "kubelet-stub"}
+        assert set(pids) == {
+            "etcd",
+            "apiserver",
+            "scheduler",
+            "controller-manager",
+            "kwok",
+            "volume-gate",
+        }
         assert all(_alive(pid) for pid in pids.values())
         workdir = cp.dir
         assert workdir.is_dir()

@@ -169,6 +169,20 @@ MULTI_ATTACH_EXCLUSIVE = (
     'Multi-Attach error for volume "pvc-1234" Volume is already exclusively attached to one node '
     "and can't be attached to another"
 )
+# kube-controller-manager v1.37.2, as tests/cluster/test_real_attach.py observes it (the wording of
+# kubernetes PR #138837): a pod of the user's on another node; no pod left, the volume not detached.
+WAITING_FOR_DETACH_USED = (
+    'Waiting for detach for volume "pv-t-2668e3a0-claim-alice" Volume is already used by pod(s) '
+    "jupyter-alice--pandas-app"
+)
+WAITING_FOR_DETACH_MIXED = (
+    'Waiting for detach for volume "pvc-1234" Volume is already used by pod(s) '
+    "jupyter-alice--app, jupyter-bob"
+)
+WAITING_FOR_DETACH_EXCLUSIVE = (
+    'Waiting for detach for volume "pv-t-a6193039-claim-alice" Volume is already exclusively '
+    "attached to one node, waiting on detach before it can be attached to another node"
+)
 ATTACHED_1234 = 'AttachVolume.Attach succeeded for volume "pvc-1234"'
 ATTACHED_5678 = 'AttachVolume.Attach succeeded for volume "pvc-5678"'
 
@@ -520,6 +534,42 @@ VERDICTS = [
         ("still attached to another node", "Try again in a minute"),
     ),
     (
+        "waiting_for_detach_fails_at_once",
+        [
+            core("Scheduled", SCHEDULED, 0),
+            attach("FailedAttachVolume", WAITING_FOR_DETACH_MIXED, 1),
+        ],
+        {},
+        2,
+        "fail",
+        "multi-attach",
+        ("2 other servers",),
+    ),
+    (
+        "waiting_for_detach_of_an_exclusive_attachment_fails_at_once",
+        [
+            core("Scheduled", SCHEDULED, 0),
+            attach("FailedAttachVolume", WAITING_FOR_DETACH_EXCLUSIVE, 1),
+        ],
+        {},
+        2,
+        "fail",
+        "multi-attach",
+        ("still attached to another node", "Try again in a minute"),
+    ),
+    (
+        "waiting_for_detach_resolved_by_a_later_attach_of_the_same_volume_waits",
+        [
+            attach("FailedAttachVolume", WAITING_FOR_DETACH_MIXED, 1),
+            attach("SuccessfulAttachVolume", ATTACHED_1234, 40),
+        ],
+        {},
+        41,
+        "wait",
+        None,
+        ("Storage volume attached",),
+    ),
+    (
         "multi_attach_resolved_by_a_later_attach_of_the_same_volume_waits",
         [
             attach("FailedAttachVolume", MULTI_ATTACH_MIXED, 1),
@@ -822,6 +872,30 @@ MULTI_ATTACH_TEXT = [
     (
         "exclusive_attachment_names_nobody",
         MULTI_ATTACH_EXCLUSIVE,
+        {"jupyter-alice": ""},
+        (),
+        ("still attached to another node",),
+        ("default server",),
+    ),
+    (
+        "waiting_for_detach_names_the_users_own_server",
+        WAITING_FOR_DETACH_USED,
+        {"jupyter-alice--pandas-app": "pandas-app"},
+        ("jupyter-alice--pandas-app",),
+        ("in use by 'pandas-app'.", "Stop 'pandas-app'"),
+        ("other server",),
+    ),
+    (
+        "waiting_for_detach_counts_another_users_pod",
+        WAITING_FOR_DETACH_MIXED,
+        {"jupyter-alice--app": "app"},
+        ("jupyter-alice--app", "jupyter-bob"),
+        ("in use by 'app' and 1 other server.", "Stop 'app'"),
+        ("bob",),
+    ),
+    (
+        "waiting_for_detach_of_an_exclusive_attachment_names_nobody",
+        WAITING_FOR_DETACH_EXCLUSIVE,
         {"jupyter-alice": ""},
         (),
         ("still attached to another node",),
