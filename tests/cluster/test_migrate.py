@@ -3,18 +3,17 @@
 Real here: kube-apiserver, kube-scheduler (places the copy pod), and kube-controller-manager's
 PV controller (binds the claims to the volumes, releases a volume when its claim goes, and binds a
 recreated claim to a pre-bound volume), pvc-protection / pv-protection (a claim in use is not
-deleted) and the attach/detach controller (VolumeAttachments of the copy pod's volumes).  The
-module starts a kube-controller-manager when the session's control plane has none.
+deleted) and the attach/detach controller (VolumeAttachments of the copy pod's volumes, which
+kwok acknowledges as the CSI external-attacher would).
 
 Simulated (no container runs here), in :class:`NodeSimulator`, as a node would do it:
 
-- the kubelet stub (or kwok) reports the copy pod Running;
+- kwok reports the copy pod Running once its volumes are attached (the session's control plane);
 - the "volumes" are directories under ``tmp_path``, one per PersistentVolume;
 - once the pod runs, the simulator runs the pod's own command (``python3 -c <copy_home.py>``)
   with the mount paths replaced by the directories of the volumes the pod's claims are bound to,
   then reports the container terminated with the script's exit code and termination message
-  (phase Succeeded or Failed), as the kubelet would;
-- it acknowledges VolumeAttachments (``status.attached``), the CSI external-attacher's job.
+  (phase Succeeded or Failed), as the kubelet would.  kwok has no Stage that runs a command.
 
 So the copy that the orchestration checks is a real copy of a real directory tree; the copy
 script itself is tested in depth in tests/unit/test_copy_home.py.
@@ -36,7 +35,6 @@ from pathlib import Path
 import pytest
 import yaml
 from kube import helpers
-from kube.controlplane import HOST, free_port
 from kubernetes_asyncio.client.exceptions import ApiException
 from unit.test_copy_home import independent_diff
 
@@ -49,58 +47,6 @@ RWO_CLASS = "migrate-test-disk"
 RWX_CLASS = "migrate-test-shared"
 BLOCK_ONLY_CLASS = "migrate-test-ebs"
 NODE = "node-1"
-ATTACH_ANNOTATION = "volumes.kubernetes.io/controller-managed-attach-detach"
-
-
-# --------------------------------------------------------------------------------------------------
-# kube-controller-manager (until the session's control plane starts one itself)
-
-
-@pytest.fixture(scope="module")
-def controller_manager(control_plane):
-    """kube-controller-manager with the controllers the move needs, on 127.0.0.1."""
-    if any("controller" in name for name in control_plane.pids):
-        yield None
-        return
-    log_path = Path(control_plane.dir) / "migrate-controller-manager.log"
-    log = open(log_path, "ab")  # noqa: SIM115 - the child owns it
-    proc = subprocess.Popen(
-        [
-            str(control_plane.kube_bin),
-            "controller-manager",
-            f"--kubeconfig={control_plane.kubeconfig}",
-            "--controllers=attachdetach,persistentvolume-binder,pvc-protection,pv-protection",
-            "--leader-elect=false",
-            "--use-service-account-credentials=false",
-            f"--bind-address={HOST}",
-            f"--secure-port={free_port()}",
-            f"--cert-dir={Path(control_plane.dir) / 'migrate-kcm-certs'}",
-            "--pvclaimbinder-sync-period=1s",
-            "--profiling=false",
-        ],
-        stdin=subprocess.DEVNULL,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
-    log.close()
-    deadline = time.monotonic() + 60
-    ready = ("Starting persistent volume controller", "Starting attach detach controller")
-    while not all(line in log_path.read_text(errors="replace") for line in ready):
-        if proc.poll() is not None or time.monotonic() > deadline:
-            proc.kill()
-            pytest.fail(
-                f"kube-controller-manager did not start (exit {proc.poll()}):\n"
-                f"{log_path.read_text()[-3000:]}"
-            )
-        time.sleep(0.2)
-    yield proc
-    proc.terminate()
-    try:
-        proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
 
 
 # --------------------------------------------------------------------------------------------------
@@ -137,7 +83,6 @@ class NodeSimulator:
     async def _run(self):
         while True:
             try:
-                await self._acknowledge_attachments()
                 pods = await self.kube.core.list_namespaced_pod(
                     self.kube.namespace,
                     label_selector=f"{migrate.COMPONENT_LABEL}={migrate.COMPONENT}",
@@ -146,7 +91,7 @@ class NodeSimulator:
                     if pod.metadata.uid in self.done or pod.metadata.deletion_timestamp:
                         continue
                     if (pod.status.phase or "") != "Running":
-                        continue  # the kubelet stub (kwok) starts it first
+                        continue  # kwok starts it first, once its volumes are attached
                     if not self.release.is_set():
                         continue
                     self.done.add(pod.metadata.uid)
@@ -156,15 +101,6 @@ class NodeSimulator:
             except Exception as exc:  # keep simulating; the test sees the effect
                 print(f"node simulator: {type(exc).__name__}: {exc}")
             await asyncio.sleep(0.1)
-
-    async def _acknowledge_attachments(self):
-        vas = await self.kube.storage.list_volume_attachment()
-        for va in vas.items:
-            if not (va.status and va.status.attached) and va.metadata.deletion_timestamp is None:
-                with contextlib.suppress(ApiException):
-                    await self.kube.storage.patch_volume_attachment_status(
-                        va.metadata.name, {"status": {"attached": True}}
-                    )
 
     async def _complete(self, pod: dict):
         spec = pod["spec"]
@@ -432,10 +368,9 @@ class Deployment:
 
 
 @pytest.fixture
-async def deployment(kube, controller_manager, tmp_path):
+async def deployment(kube, tmp_path):
     await _ensure_storage_classes(kube)
     await kube.create_node(NODE)
-    await kube.core.patch_node(NODE, {"metadata": {"annotations": {ATTACH_ANNOTATION: "true"}}})
     async with NodeSimulator(kube, tmp_path / "volumes") as sim:
         yield Deployment(kube, sim)
 
