@@ -18,9 +18,9 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from . import __version__, fit, messages, report
+from . import __version__, messages, report, validate
 from .placement import Policy, decide, pod_claims
-from .state import ClusterState, StateError, read_yaml
+from .state import ClusterState, StateError, read_objects, read_yaml
 
 ACCESS_MODES = ("ReadWriteOnce", "ReadWriteMany")
 PREMIUM_POLICIES = ("allow", "warn", "refuse")
@@ -181,6 +181,8 @@ def _live_options(parser: argparse.ArgumentParser, mode_default: str | None = "R
 
 
 def load_pod(path: str) -> dict:
+    """The one Pod of a manifest file, validated as the API would (invalid input whatever the
+    verdict, not only when a fit check happens to read the bad field)."""
     objects = read_yaml(path)
     pods = [o for o in objects if o.get("kind", "Pod") == "Pod"]
     if len(pods) != 1:
@@ -189,10 +191,9 @@ def load_pod(path: str) -> dict:
     if not isinstance(pod.get("spec"), dict):
         raise StateError(f"{path}: the Pod has no spec")
     try:
-        # Invalid input whatever the verdict, not only when a fit check happens to read it.
-        fit.pod_requests(pod)
-    except (ValueError, TypeError, AttributeError) as exc:
-        raise StateError(f"{path}: malformed Pod: {exc}") from None
+        validate.check_pod(pod, name_required=False)
+    except validate.InvalidObject as exc:
+        raise StateError(f"{path}: {exc}") from None
     return pod
 
 
@@ -209,7 +210,7 @@ def pod_owner(pod: dict) -> tuple[str, str]:
 
 def simulate(args: argparse.Namespace) -> int:
     pod = load_pod(args.pod)
-    objects = read_yaml(args.state)
+    objects = read_objects(args.state)
     namespace = (pod.get("metadata") or {}).get("namespace") or "default"
     pod.setdefault("metadata", {})["namespace"] = namespace
     state = ClusterState.from_objects(

@@ -9,78 +9,24 @@ booleans so the caller can tell a person *why*.
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from decimal import Decimal, InvalidOperation
-from functools import lru_cache
+from decimal import Decimal
+
+from . import quantity
 
 # --------------------------------------------------------------------------------------------------
-# quantities
+# quantities (nebari_colocate.quantity: the API's grammar and bounds, in bounded time)
 
-_BINARY_SUFFIXES = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
-_DECIMAL_SUFFIXES = {
-    "n": Decimal("1e-9"),
-    "u": Decimal("1e-6"),
-    "m": Decimal("1e-3"),
-    "": Decimal(1),
-    "k": Decimal("1e3"),
-    "M": Decimal("1e6"),
-    "G": Decimal("1e9"),
-    "T": Decimal("1e12"),
-    "P": Decimal("1e15"),
-    "E": Decimal("1e18"),
-}
-_QUANTITY = re.compile(
-    r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[KMGTPE]i|[numkMGTPE]|[eE][+-]?[0-9]+)?"
-)
+#: the exact value of a quantity in whole units; QuantityError (a ValueError) names a bad one
+parse_quantity = quantity.parse
+#: the integer the scheduler compares: milli-units for cpu, else whole units rounded up
+scheduler_units = quantity.scheduler_units
 
 
-def parse_quantity(value: object) -> Decimal:
-    """Parse a Kubernetes resource quantity (``"500m"``, ``"2Gi"``, ``"1e3"``, ``4``) exactly.
-
-    Raises ValueError naming the value when it is not a quantity.
-    """
-    if isinstance(value, bool):
-        raise ValueError(f"invalid quantity {value!r}")
-    if isinstance(value, (int, float, Decimal)):
-        parsed = Decimal(str(value))
-        if not parsed.is_finite():
-            raise ValueError(f"invalid quantity {value!r}")
-        return parsed
-    return _parse_text(str(value))
-
-
-@lru_cache(maxsize=4096)
-def _parse_text(value: str) -> Decimal:
-    # Clusters repeat a handful of quantity strings ("100m", "256Mi"): parse each once.
-    text = value.strip()
-    # apimachinery's grammar: <signedNumber> then one SI suffix *or* one exponent, nothing else
-    # (Decimal alone would also take "1_000", "1 " or "Infinity").
-    if not _QUANTITY.fullmatch(text):
-        raise ValueError(f"invalid quantity {value!r}")
-    number, multiplier = text, Decimal(1)
-    if text[-2:] in _BINARY_SUFFIXES:
-        number, multiplier = text[:-2], Decimal(_BINARY_SUFFIXES[text[-2:]])
-    elif text[-1] in _DECIMAL_SUFFIXES and not text[-1].isdigit():
-        number, multiplier = text[:-1], _DECIMAL_SUFFIXES[text[-1]]
-    try:
-        parsed = Decimal(number)
-    except InvalidOperation:
-        raise ValueError(f"invalid quantity {value!r}") from None
-    return parsed * multiplier
-
-
-def scheduler_units(resource: str, value: object) -> int:
-    """The integer the scheduler compares: milli-units for cpu, else whole units rounded up."""
-    return _units(resource, parse_quantity(value))
-
-
-def _units(resource: str, quantity: Decimal) -> int:
-    if resource == "cpu":
-        return math.ceil(quantity * 1000)
-    return math.ceil(quantity)
+def _units(resource: str, nanos: int) -> int:
+    return quantity.units(resource, nanos)
 
 
 def format_units(resource: str, units: int) -> str:
@@ -100,12 +46,13 @@ def format_units(resource: str, units: int) -> str:
 # resource requests
 
 
-def _container_requests(container: Mapping) -> dict[str, Decimal]:
-    """A container's requests after API defaulting: a limit without a request requests it."""
+def _container_requests(container: Mapping) -> dict[str, int]:
+    """A container's requests after API defaulting (a limit without a request requests it), in
+    nano-units."""
     resources = container.get("resources") or {}
     merged = dict(resources.get("limits") or {})
     merged.update(resources.get("requests") or {})
-    return {name: parse_quantity(value) for name, value in merged.items()}
+    return {name: quantity.parse_nanos(value) for name, value in merged.items()}
 
 
 def _add(total: dict, more: Mapping) -> None:
@@ -132,11 +79,11 @@ def pod_requests(pod: Mapping) -> dict[str, int]:
     Quantities are summed exactly and rounded once per pod, as the scheduler does.
     """
     spec = pod.get("spec") or {}
-    total: dict[str, Decimal] = {}
+    total: dict[str, int] = {}  # nano-units: exact sums of what the API stored
     for container in spec.get("containers") or []:
         _add(total, _container_requests(container))
-    sidecars: dict[str, Decimal] = {}
-    init_peak: dict[str, Decimal] = {}
+    sidecars: dict[str, int] = {}
+    init_peak: dict[str, int] = {}
     for container in spec.get("initContainers") or []:
         requests = _container_requests(container)
         if container.get("restartPolicy") == "Always":
@@ -156,9 +103,9 @@ def pod_requests(pod: Mapping) -> dict[str, int]:
             pod_level[name] = value
     for name, value in pod_level.items():
         if _pod_level_resource(name):
-            total[name] = parse_quantity(value)
+            total[name] = quantity.parse_nanos(value)
     for name, value in (spec.get("overhead") or {}).items():
-        total[name] = total.get(name, 0) + parse_quantity(value)
+        total[name] = total.get(name, 0) + quantity.parse_nanos(value)
     return {name: _units(name, value) for name, value in total.items()}
 
 

@@ -260,6 +260,36 @@ def operator_line(decision: Decision, *, username: str, server_name: str) -> str
 
 
 # --------------------------------------------------------------------------------------------------
+# the Kubernetes API failing a spawn (unreachable, overloaded, too slow): words instead of the raw
+# client exception (aiohttp.ClientConnectorError, "Could not create PVC ...")
+
+#: fault code -> what happened, in words a user reads
+API_FAULTS = {
+    "unreachable": "the Kubernetes API server could not be reached (it may be restarting)",
+    "overloaded": "the Kubernetes API server is overloaded and asked to retry later",
+    "server-error": "the Kubernetes API server failed with an internal error",
+    "timeout": "the Kubernetes API server did not answer in time",
+    "rejected": "the Kubernetes API server refused to create it",
+}
+
+
+def api_fault_message(fault: str, *, server_name: str, detail: str = "") -> str:
+    """Plain text for a spawn the API failed: what happened, and what to do (try again)."""
+    what = API_FAULTS.get(fault, API_FAULTS["server-error"])
+    if fault == "rejected":
+        advice = "Please contact your administrator" + (f" ({detail})." if detail else ".")
+    else:
+        advice = "Nothing of it was left running; please try again in a minute."
+    return f"{_subject(server_name)} could not start: {what}. {advice}"
+
+
+def api_fault_html(fault: str, *, server_name: str, detail: str = "") -> str:
+    """The same message as HTML (the server name and the detail are escaped)."""
+    text = html.escape(api_fault_message(fault, server_name=server_name, detail=detail))
+    return f'<div class="colocate-message" style="text-align: left">{text}</div>'
+
+
+# --------------------------------------------------------------------------------------------------
 # nebari-colocate migrate: what the operator reads (the codes come from migrate.py)
 
 MIGRATE_ACTIONS = {

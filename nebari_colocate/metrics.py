@@ -50,6 +50,13 @@ def collectors() -> dict:
             "Duration of the pre-spawn co-location check (state gathering and decision)",
             buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
         ),
+        "api_faults": _get_or_create(
+            Counter,
+            f"{PREFIX}_api_faults_total",
+            "Spawns the Kubernetes API failed (unreachable, overloaded, server-error, timeout, "
+            "rejected), by fault",
+            ("fault",),
+        ),
         "event_verdicts": _get_or_create(
             Counter,
             f"{PREFIX}_event_verdicts_total",
@@ -73,3 +80,7 @@ def observe_decision(decision, seconds: float, *, safe_side: bool = False) -> No
 
 def observe_event_verdict(reason: str) -> None:
     collectors()["event_verdicts"].labels(reason=reason).inc()
+
+
+def observe_api_fault(fault: str) -> None:
+    collectors()["api_faults"].labels(fault=fault).inc()

@@ -90,10 +90,24 @@ def check_premium_resources(names) -> list:
     return names
 
 
+#: the shortest colocation_check_timeout that can work (seconds): the check makes up to four
+#: rounds of API requests, and one request to an API server in the cluster takes milliseconds on
+#: a quiet control plane and tens of milliseconds on a busy one
+MIN_CHECK_TIMEOUT = 0.25
+
+
 def check_timeout(value) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+    """A colocation_check_timeout that can work: a finite number of seconds, at least
+    :data:`MIN_CHECK_TIMEOUT`."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
+        raise TraitError(f"colocation_check_timeout {value!r} must be a number of seconds")
+    if not MIN_CHECK_TIMEOUT <= value < float("inf"):
         raise TraitError(
-            f"colocation_check_timeout {value!r} must be a number of seconds greater than 0"
+            f"colocation_check_timeout {value!r} cannot work: use at least {MIN_CHECK_TIMEOUT} "
+            "seconds (and a finite number). The check makes up to four rounds of Kubernetes API "
+            "requests (the pods and claims, the volume attachments, the node and volumes, the "
+            "node's pods); with less time than that even a healthy API server cannot answer, and "
+            "every spawn would take the safe side. Default: 5"
         )
     return value
 
@@ -194,6 +208,54 @@ else:  # pragma: no cover - exercised on JupyterHub 5
             return f"400 ColocationRefused: {self.operator_line}"
 
 
+class KubernetesApiFault(RuntimeError):
+    """A spawn the Kubernetes API failed (unreachable, overloaded, erroring, too slow), in words.
+
+    JupyterHub shows ``jupyterhub_message`` / ``jupyterhub_html_message`` instead of the raw client
+    exception; ``fault`` is the code (see ``messages.API_FAULTS``), ``log_message`` the operator
+    line.  The original exception is its ``__cause__`` (and in the hub log).
+    """
+
+    def __init__(self, message: str, html: str, log_message: str, fault: str):
+        super().__init__(message)
+        self.jupyterhub_message = message
+        self.jupyterhub_html_message = html
+        self.log_message = log_message
+        self.fault = fault
+
+
+def api_fault(exc: BaseException) -> tuple[str, str] | None:
+    """(fault code, detail) when ``exc`` is the Kubernetes API failing a spawn, else None.
+
+    KubeSpawner lets these through raw: aiohttp's connection errors while the API server
+    restarts, ``ApiException`` for 429 and 5xx answers, and exponential_backoff's
+    ``TimeoutError("Could not create PVC ...")`` / ``("Could not create pod ...")`` when the API
+    server stops answering (even when the PVC exists).  Its own ``pod ... did not start in N
+    seconds!`` (``start_timeout``) is not an API fault.
+    """
+    import aiohttp
+    from kubernetes_asyncio.client.exceptions import ApiException
+
+    if isinstance(exc, (ColocationRefused, KubernetesApiFault)):
+        return None
+    if isinstance(exc, ApiException):
+        status = exc.status or 0
+        if status == 429:
+            return "overloaded", "HTTP 429"
+        if status >= 500:
+            return "server-error", f"HTTP {status}"
+        if status == 0:
+            return "unreachable", str(exc.reason or "no answer")
+        return "rejected", f"HTTP {status} {exc.reason or ''}".strip()
+    if isinstance(exc, (asyncio.TimeoutError, TimeoutError)):
+        if "did not start in" in str(exc):
+            return None
+        return "timeout", str(exc)
+    if isinstance(exc, (aiohttp.ClientError, ConnectionError)):
+        return "unreachable", f"{type(exc).__name__}: {exc}"
+    return None
+
+
 def _placement_fingerprint(pod: dict) -> str:
     """The parts of a manifest the decision depends on."""
     spec = pod.get("spec") or {}
@@ -279,8 +341,10 @@ class ColocatingKubeSpawner(KubeSpawner):
         help="""
         The most seconds the pre-spawn check may wait on the Kubernetes API.  Past it the spawn
         proceeds on the safe side: the co-location affinity is still emitted (pinned to a
-        holder's node when one is known from the pod reflector), and the hub log says why.
-        Default: 5.
+        holder's node when one is known from the pod reflector), the hub log says why and
+        ``nebari_colocate_safe_side_total`` counts it.  Default: 5.  At least 0.25 (the check
+        makes up to four rounds of API requests); less is refused at hub start.  Keep it
+        well below ``start_timeout``: the check runs inside the start.
         """,
     )
 
@@ -320,6 +384,8 @@ class ColocatingKubeSpawner(KubeSpawner):
     #: per-user locks: {username: [asyncio.Lock, users]}; class level so all spawners share them
     _colocation_locks: ClassVar[dict[str, list]] = {}
     _jh5_warning_logged: ClassVar[bool] = False
+    #: running sweeps after API faults (strong references: the loop keeps only weak ones)
+    _api_fault_sweeps: ClassVar[set] = set()
 
     # ------------------------------------------------------------------------------------------
     # configuration
@@ -581,9 +647,113 @@ class ColocatingKubeSpawner(KubeSpawner):
     #: seconds between looks at the event reflector's cache while a pod starts
     event_poll_interval = 0.5
 
+    #: seconds a spawn the API failed keeps watching for its pod (a create request that reached a
+    #: stalled API server can be carried out after the spawn ended), to delete it
+    api_fault_sweep_seconds = 600.0
+
     async def start(self):
-        """KubeSpawner's start, ended early when the pod's events say it cannot succeed."""
+        """KubeSpawner's start, ended early when the pod's events say it cannot succeed; a spawn
+        the Kubernetes API fails ends with words (:class:`KubernetesApiFault`)."""
+        self._stop_api_fault_sweep()
+        started = time.time()
+        try:
+            return await self._start_failing_fast()
+        except Exception as exc:
+            fault = api_fault(exc)
+            if fault is None:
+                raise
+            raise self._api_fault_error(exc, *fault, started=started) from exc
+
+    def _api_fault_error(
+        self, exc: BaseException, fault: str, detail: str, *, started: float
+    ) -> KubernetesApiFault:
+        self._release_colocation_lock()
+        log_message = (
+            f"colocate api-fault={fault} user={self.user.name!r} server={self.name!r} "
+            f"pod={self.pod_name} error={type(exc).__name__}: {' '.join(str(exc).split())[:300]}"
+        )
+        self.log.warning(log_message)
+        metrics.observe_api_fault(fault)
+        if fault != "rejected":
+            task = asyncio.ensure_future(self._sweep_after_api_fault(self.pod_name, started))
+            ColocatingKubeSpawner._api_fault_sweeps.add(task)
+            task.add_done_callback(ColocatingKubeSpawner._api_fault_sweeps.discard)
+            self._api_fault_sweep = task
+        return KubernetesApiFault(
+            messages.api_fault_message(fault, server_name=self.name, detail=detail),
+            messages.api_fault_html(fault, server_name=self.name, detail=detail),
+            log_message,
+            fault,
+        )
+
+    def _stop_api_fault_sweep(self) -> None:
+        task = getattr(self, "_api_fault_sweep", None)
+        if task is not None and not task.done():
+            task.cancel()
+        self._api_fault_sweep = None
+
+    async def _sweep_after_api_fault(self, pod_name: str, started: float) -> None:
+        """Delete the pod of a spawn the API failed, if it appears: requests sent to a stalled API
+        server are carried out when it resumes, after the spawn (and JupyterHub's cleanup) gave
+        up.  Only a pod created before the spawn ended is deleted; a new start of this server
+        cancels the sweep.  Ends once the API answered "not found" twice, 5 s apart."""
+        from kubernetes_asyncio.client import V1DeleteOptions, V1Preconditions
+        from kubernetes_asyncio.client.exceptions import ApiException
+
+        ended = time.time()
+        deadline = time.monotonic() + self.api_fault_sweep_seconds
+        delay, absent_since = 1.0, None
+        while time.monotonic() < deadline:
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 10.0)
+            try:
+                pod = await asyncio.wait_for(
+                    self.api.read_namespaced_pod(pod_name, self.namespace),
+                    self.k8s_api_request_timeout,
+                )
+            except ApiException as exc:
+                if exc.status != 404:
+                    continue
+                now = time.monotonic()
+                absent_since = absent_since or now
+                if now - absent_since >= 5:
+                    return
+                delay = 2.5
+                continue
+            except Exception:  # the API is still down: keep trying until the deadline
+                continue
+            absent_since = None
+            created = pod.metadata.creation_timestamp
+            if created is not None and created.timestamp() > ended + 1:
+                return  # a pod of a later spawn: not ours to delete
+            self.log.warning(
+                "colocate: deleting pod %s of a spawn the API failed (created at %s, after the "
+                "spawn that started at %s gave up)",
+                pod_name,
+                created,
+                datetime.fromtimestamp(started, timezone.utc).isoformat(),
+            )
+            try:
+                await asyncio.wait_for(
+                    self.api.delete_namespaced_pod(
+                        pod_name,
+                        self.namespace,
+                        body=V1DeleteOptions(
+                            grace_period_seconds=self.delete_grace_period,
+                            preconditions=V1Preconditions(uid=pod.metadata.uid),
+                        ),
+                    ),
+                    self.k8s_api_request_timeout,
+                )
+            except Exception as exc:
+                self.log.info("colocate: delete of %s failed (%s); retrying", pod_name, exc)
+
+    async def _start_failing_fast(self):
         self._event_verdict = None
+        # The decision belongs to one spawn: a previous spawn's, with the events of the previous
+        # pod of this name (KubeSpawner's ``events`` shows them all until ``_start`` sets its
+        # marker), would end the new spawn at once with a stale verdict, before its own check.
+        self._colocation_decision = None
         start_future = super().start()
         if not (self.fail_fast_on_events and self.events_enabled):
             return await start_future

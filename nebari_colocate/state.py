@@ -8,7 +8,9 @@ as the camelCase dicts the API returns.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -158,21 +160,207 @@ def flatten_objects(documents: Iterable[object], source: str) -> list[dict]:
     return objects
 
 
-def read_yaml(path: str | Path) -> list[dict]:
-    """All objects in a YAML file, or StateError naming the file and the problem."""
+#: the largest file read: a 20,000-pod dump is about 60 MB
+MAX_FILE_BYTES = 256 * 2**20
+#: aliases may repeat at most this many nodes beyond the document's own (an alias bomb
+#: expands a few hundred bytes into billions)
+MAX_ALIAS_EXPANSION = 100_000
+_ANCHOR = re.compile(r"(?:^|[\s\[{,])&[^\s]")
+#: integer scalars longer than this stay text (int() of a huge literal is quadratic in 3.10)
+_LONGEST_INT = 100
+
+
+def _loader():
+    """The C YAML loader (libyaml) when PyYAML has it, else the pure-Python one; both safe."""
     import yaml
 
+    base = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+    class Loader(base):
+        pass
+
+    def construct_int(loader, node):
+        if len(node.value) > _LONGEST_INT:
+            return node.value  # a quantity reader takes the text (and saturates it)
+        return yaml.SafeLoader.construct_yaml_int(loader, node)
+
+    Loader.add_constructor("tag:yaml.org,2002:int", construct_int)
+    return Loader
+
+
+def _expansion_problem(documents: list) -> str | None:
+    """Why the documents' aliases make them unreadable (recursion, an alias bomb), or None.
+
+    Counts the nodes of the tree with every alias expanded, in time proportional to the distinct
+    nodes: each shared mapping or list is sized once.
+    """
+    sizes: dict[int, int] = {}
+    distinct = 0
+    on_path: set[int] = set()
+    stack: list[tuple[object, bool]] = [(doc, False) for doc in documents]
+    while stack:
+        node, children_done = stack.pop()
+        if not isinstance(node, (dict, list)):
+            continue
+        key = id(node)
+        items = list(node.values()) if isinstance(node, dict) else node
+        if children_done:
+            on_path.discard(key)
+            sizes[key] = 1 + sum(sizes.get(id(i), 1) for i in items)
+            continue
+        if key in sizes:
+            continue
+        if key in on_path:
+            return "an alias refers to an object that contains it (recursive YAML)"
+        distinct += 1
+        on_path.add(key)
+        stack.append((node, True))
+        stack.extend((i, False) for i in items if isinstance(i, (dict, list)))
+    expanded = sum(sizes.get(id(d), 1) for d in documents)
+    if expanded > 2 * distinct + MAX_ALIAS_EXPANSION:
+        return (
+            f"its aliases expand {distinct} mappings and lists into {expanded} "
+            "(an alias bomb?); kubectl never writes aliases: expand them or remove them"
+        )
+    return None
+
+
+def read_text(path: str | Path, *, max_bytes: int | None = None) -> str:
+    """The text of a user-supplied file, or StateError naming the file and the problem
+    (unreadable, larger than ``max_bytes`` (default :data:`MAX_FILE_BYTES`), not UTF-8 text)."""
     path = Path(path)
+    max_bytes = MAX_FILE_BYTES if max_bytes is None else max_bytes
     try:
-        text = path.read_text()
+        with open(path, "rb") as f:
+            data = f.read(max_bytes + 1)
     except OSError as exc:
         raise StateError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    if len(data) > max_bytes:
+        raise StateError(
+            f"{path}: larger than {max_bytes // 2**20} MiB; split the dump (one namespace, or "
+            "only the nodes and pods involved)"
+        )
+    if b"\0" in data:
+        raise StateError(f"{path}: a binary file (NUL byte at offset {data.index(0)}), not YAML")
     try:
-        documents = list(yaml.safe_load_all(text))
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise StateError(f"{path}: not UTF-8 text (invalid byte at offset {exc.start})") from None
+
+
+#: below this size PyYAML's C loader is fast enough; above it rapidyaml is used when installed
+FAST_YAML_BYTES = 1 << 20
+# Plain scalars that YAML 1.1 (PyYAML, and Kubernetes' own YAML reader) types differently from
+# rapidyaml's JSON output: yes/no/on/off, ~, octal, hexadecimal, sexagesimal, .inf/.nan, dates,
+# underscores in numbers, exponents without a dot, and numbers JSON does not have (+1, 01, .5).
+_YAML_1_1_BODY = (
+    r"(?=[-+.~0-9yYnNoOTF])(?:(?:[yYnN]|[yY]es|YES|[nN]o|NO|[oO]n|ON|[oO]ff|OFF|True|TRUE|False"
+    r"|FALSE|Null|NULL|~|[-+]?0b[01_]+|[-+]?0[0-7_]+|[-+]?0x[0-9a-fA-F_]+"
+    r"|[-+]?[0-9][0-9_]*(?::[0-5]?[0-9])+(?:\.[0-9_]*)?|[-+]?[0-9][0-9_]*_[0-9_]*(?:\.[0-9_]*)?"
+    r"|\+[0-9.][0-9_.eE+-]*|[-+]?\.[0-9_]+(?:[eE][-+]?[0-9]+)?|[-+]?\.(?:inf|Inf|INF|nan|NaN|NAN)"
+    r"|[-+]?[0-9][0-9_]*(?:\.[0-9_]*)?[eE][-+]?[0-9]+|[-+]?[0-9]+\."
+    r")(?=[ \t]*(?:$|[,\]}]|[ \t]#))|[0-9]{4}-[0-9]{1,2}-[0-9]{1,2})"
+)
+# A mapping value or a sequence item; each pattern starts with a literal, which the regular
+# expression engine finds at memchr speed (one alternation of both is five times slower).
+_YAML_1_1_ONLY = tuple(re.compile(p + _YAML_1_1_BODY, re.MULTILINE) for p in (": ", "- "))
+_TAG = re.compile(r"(?:^|[\s\[{,])!")
+
+
+def _fast_documents(text: str) -> list | None:
+    """The documents of a big dump through rapidyaml (C++) and the json module, ten to twenty
+    times faster than PyYAML's C loader; None where it does not apply (not installed, a small
+    file, anchors, tags, or a plain scalar YAML 1.1 reads differently), or fails."""
+    if len(text) < FAST_YAML_BYTES:
+        return None
+    try:
+        import ryml
+    except ImportError:
+        return None
+    if _ANCHOR.search(text) or _TAG.search(text) or any(p.search(text) for p in _YAML_1_1_ONLY):
+        return None
+    try:
+        with _quiet_stderr():  # rapidyaml reports its errors on file descriptor 2 as well
+            # Parsed in place (no copy into an arena); the tree and the buffer are dropped
+            # before the JSON becomes Python objects, which keeps the peak memory down.
+            buffer = bytearray(text, "utf-8")
+            tree = ryml.parse_in_place(buffer)
+            root = tree.root_id()
+            ids = [root]
+            if tree.is_stream(root):
+                ids, child = [], tree.first_child(root)
+                while child != ryml.NONE:
+                    ids.append(child)
+                    child = tree.next_sibling(child)
+            emitted = [ryml.emit_json_malloc(tree, i) for i in ids]
+        del tree, buffer
+        return [json.loads(emitted.pop(0)) for _ in range(len(emitted))]
+    except Exception:  # a parse or depth error: PyYAML reads it again and names the problem
+        return None
+
+
+@contextlib.contextmanager
+def _quiet_stderr():
+    import os
+    import sys
+
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "w") as devnull:
+            os.dup2(devnull.fileno(), 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+def parse_documents(text: str, source: str) -> list:
+    """YAML (or JSON, which is YAML) documents of ``text``; StateError names ``source``."""
+    import yaml
+
+    stripped = text.lstrip()
+    try:
+        if stripped[:1] in ("{", "["):
+            # JSON: the json module is several times faster than any YAML loader.
+            try:
+                return [json.loads(text)]
+            except ValueError:
+                pass  # flow-style YAML, or broken JSON: let the YAML loader say where
+        fast = _fast_documents(text)
+        if fast is not None:
+            return fast
+        documents = list(yaml.load_all(text, Loader=_loader()))
     except yaml.YAMLError as exc:
-        problem = str(exc).replace("\n", " ")
-        raise StateError(f"{path}: not valid YAML: {problem}") from None
-    return flatten_objects(documents, str(path))
+        problem = " ".join(str(exc).split())
+        raise StateError(f"{source}: not valid YAML: {problem}") from None
+    except RecursionError:
+        raise StateError(f"{source}: nested too deeply to be a Kubernetes object") from None
+    if _ANCHOR.search(text):  # no anchor, no alias: nothing to expand
+        problem = _expansion_problem(documents)
+        if problem:
+            raise StateError(f"{source}: {problem}")
+    return documents
+
+
+def read_yaml(path: str | Path) -> list[dict]:
+    """All objects in a YAML or JSON file, or StateError naming the file and the problem."""
+    text = read_text(path)
+    return flatten_objects(parse_documents(text, str(path)), str(path))
+
+
+def read_objects(path: str | Path) -> list[dict]:
+    """The objects of the kinds the decision reads (:data:`KINDS`) in a YAML or JSON file, each
+    validated as the API would (``nebari_colocate.validate``); StateError names the file, the
+    object and the problem."""
+    from .validate import InvalidObject, check_objects
+
+    objects = read_yaml(path)
+    try:
+        check_objects(objects)
+    except InvalidObject as exc:
+        raise StateError(f"{path}: {exc}") from None
+    return [o for o in objects if o.get("kind") in KINDS]
 
 
 # --------------------------------------------------------------------------------------------------

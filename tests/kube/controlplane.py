@@ -764,3 +764,27 @@ class ControlPlane:
             return "volume-gate: ready" in component.log_path.read_text(errors="replace")
 
         self._wait(component, "ready", ready)
+
+    # -- faults (tests/faults): signals to processes this control plane started ------------------
+
+    def pause(self, name: str) -> None:
+        """SIGSTOP a component: it stops answering, while the kernel still accepts connections
+        and queues requests for it (what a frozen apiserver looks like to a client)."""
+        os.kill(self._components[name].pid, signal.SIGSTOP)
+
+    def resume(self, name: str) -> None:
+        """SIGCONT a paused component."""
+        os.kill(self._components[name].pid, signal.SIGCONT)
+
+    def restart(self, name: str, down_seconds: float = 0.0) -> None:
+        """Stop a component (SIGTERM), wait ``down_seconds``, start it again with the same
+        arguments (same ports, etcd's data kept) and wait until it is ready again."""
+        component = self._components[name]
+        component.stop()
+        time.sleep(down_seconds)
+        component.start()
+        probes = {
+            "etcd": lambda: self._get(f"{self.etcd_url}/health")[0] == 200,
+            "apiserver": lambda: self._get(f"{self.server}/readyz", self._ssl_context())[0] == 200,
+        }
+        self._wait(component, "ready again", probes.get(name, component.alive))

@@ -114,7 +114,19 @@ async def test_storage_access_mode_is_caseless_and_drives_new_pvcs():
             "zero-timeout",
             {"colocation_check_timeout": 0},
             TraitError,
-            ["colocation_check_timeout", "greater than 0"],
+            ["colocation_check_timeout", "at least 0.25 seconds"],
+        ),
+        (
+            "timeout-too-short-for-one-request",
+            {"colocation_check_timeout": 0.001},
+            TraitError,
+            ["colocation_check_timeout 0.001 cannot work", "at least 0.25 seconds", "API"],
+        ),
+        (
+            "infinite-timeout",
+            {"colocation_check_timeout": float("inf")},
+            TraitError,
+            ["colocation_check_timeout inf", "finite"],
         ),
     ],
 )
@@ -166,6 +178,11 @@ async def test_bad_configuration_fails_with_a_message_naming_setting_value_and_c
             "bad-label",
             {"ColocatingKubeSpawner": {"colocation_label_key": "-bad"}},
             "colocation_label_key",
+        ),
+        (
+            "check-timeout-too-short",
+            {"ColocatingKubeSpawner": {"colocation_check_timeout": 0.001}},
+            "at least 0.25 seconds",
         ),
     ],
 )

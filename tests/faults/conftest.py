@@ -1,0 +1,229 @@
+"""The fault suite's fixtures: a control plane of its own, the fault proxy, and a spawn harness.
+
+- ``fault_plane`` (session): a ControlPlane (etcd, kube-apiserver, kube-scheduler, kubelet stub)
+  that only this suite uses, because its tests stop, freeze and restart its processes.
+- ``proxy`` (function): a :class:`~faults.proxy.FaultProxy` in front of its apiserver.
+- ``hub`` (function): a fresh namespace, an admin client straight to the apiserver (set-up and
+  checks go around the faults), spawners whose API client goes through the proxy, a monitor of
+  the spawners' event loop (the hub's), and the teardown checks every fault test must pass: no
+  RWO claim on two nodes, no pod left once every server is stopped, no claim but the users'
+  homes, every per-user lock released, the loop never stalled.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import secrets
+import time
+from dataclasses import dataclass
+
+import pytest
+from kube import helpers
+from kube.controlplane import ControlPlane
+from kube.spawning import make_spawner, stop_reflectors
+
+from nebari_colocate.spawner import ColocatingKubeSpawner, ColocationRefused, KubernetesApiFault
+
+from .proxy import FaultProxy
+
+#: words a raw client exception shows; a message a person reads has none of them
+RAW_MARKERS = (
+    "ClientConnectorError",
+    "ClientOSError",
+    "ServerDisconnectedError",
+    "Could not create",
+    "ApiException",
+    "Traceback",
+    "Errno",
+    "HTTP response headers",
+)
+#: the most CPU time the hub's event loop may spend between two ticks of a 20 ms timer
+MAX_LOOP_LAG = 0.5
+
+
+@pytest.fixture(scope="session")
+def fault_plane(kube_bin_dir):
+    keep = bool(os.environ.get("NEBARI_COLOCATE_KEEP_LOGS"))
+    cp = ControlPlane(kube_bin_dir, kubelet_stub=True, keep_logs=keep)
+    try:
+        cp.start()
+    except Exception as e:
+        pytest.fail(f"the fault suite's control plane did not start: {e}", pytrace=False)
+    yield cp
+    for name in cp.pids:
+        with contextlib.suppress(Exception):
+            cp.resume(name)  # a test that failed while a process was stopped
+    cp.stop()
+
+
+@pytest.fixture
+def proxy(fault_plane):
+    p = FaultProxy(
+        fault_plane.server,
+        fault_plane.ca_file,
+        fault_plane._admin_cert,
+        fault_plane._admin_key,
+    ).start()
+    yield p
+    p.stop()
+
+
+@dataclass
+class Outcome:
+    """How one spawn ended: started (url), or the exception JupyterHub would show."""
+
+    spawner: object
+    url: str | None = None
+    error: BaseException | None = None
+    seconds: float = 0.0
+
+    @property
+    def started(self) -> bool:
+        return self.error is None
+
+    def readable(self) -> str:
+        """The text a person reads; fails the test when it is a raw client exception."""
+        assert isinstance(self.error, (ColocationRefused, KubernetesApiFault)), repr(self.error)
+        text = getattr(self.error, "jupyterhub_message", "") or ""
+        assert text, repr(self.error)
+        for marker in RAW_MARKERS:
+            assert marker not in text, text
+        return text
+
+
+class Hub:
+    """Spawners as a hub runs them, on the fault plane, through the proxy."""
+
+    def __init__(self, plane: ControlPlane, proxy: FaultProxy, api_client, namespace: str, tmp):
+        from kubernetes_asyncio import client
+
+        self.plane = plane
+        self.proxy = proxy
+        self.api_client = api_client
+        self.core = client.CoreV1Api(api_client)
+        self.namespace = namespace
+        self.nodes: list[str] = []
+        self.users: set[str] = set()
+        self.spawners: list = []
+        self.max_lag = 0.0  # CPU seconds the loop's thread spent between two ticks
+        self.max_wall_lag = 0.0
+        self.kubeconfig = tmp / "hub-through-proxy.kubeconfig"
+        self.kubeconfig.write_text(json.dumps(proxy.kubeconfig()))
+
+    async def create_node(self, name: str, **kwargs) -> None:
+        self.nodes.append(name)
+        await helpers.create_node(self.api_client, name, **kwargs)
+
+    async def create_bound_claim(self, name: str, **kwargs) -> None:
+        await helpers.create_bound_claim(self.api_client, self.namespace, name, **kwargs)
+
+    def make(self, username: str, server: str = "", **traits):
+        traits.setdefault("colocation_check_timeout", 1.0)
+        traits.setdefault("k8s_api_request_timeout", 3)
+        traits.setdefault("k8s_api_request_retry_timeout", 8)
+        spawner = make_spawner(ColocatingKubeSpawner, self.namespace, username, server, **traits)
+        spawner.api_fault_sweep_seconds = 60.0
+        self.users.add(username)
+        self.spawners.append(spawner)
+        return spawner
+
+    async def spawn(self, spawner) -> Outcome:
+        """``start()`` as JupyterHub awaits it; after a failure JupyterHub stops the server."""
+        started = time.monotonic()
+        outcome = Outcome(spawner)
+        try:
+            outcome.url = await spawner.start()
+        except Exception as exc:  # what JupyterHub would catch and show
+            outcome.error = exc
+            with contextlib.suppress(Exception):
+                await spawner.stop(now=True)
+        outcome.seconds = time.monotonic() - started
+        return outcome
+
+    async def pods(self) -> dict[str, dict]:
+        listing = await self.core.list_namespaced_pod(self.namespace)
+        return {
+            p.metadata.name: self.api_client.sanitize_for_serialization(p) for p in listing.items
+        }
+
+    async def claims(self) -> set[str]:
+        listing = await self.core.list_namespaced_persistent_volume_claim(self.namespace)
+        return {p.metadata.name for p in listing.items}
+
+    async def wait_for_locks(self, timeout: float = 15.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            held = self.users & set(ColocatingKubeSpawner._colocation_locks)
+            if not held:
+                return
+            await asyncio.sleep(0.1)
+        raise AssertionError(f"per-user locks still held: {sorted(held)}")
+
+    async def stop_all_and_check(self, timeout: float = 40.0) -> None:
+        """Stop every server, then: no pod left (a pod a stalled API created late included),
+        no claim but the users' homes, no lock held, no RWO claim on two nodes."""
+        await asyncio.gather(*(s.stop(now=True) for s in self.spawners), return_exceptions=True)
+        await self.wait_for_locks()
+        deadline = time.monotonic() + timeout
+        pods: dict = {}
+        while time.monotonic() < deadline:
+            pods = await self.pods()
+            if not pods:
+                break
+            await asyncio.sleep(0.5)
+        assert not pods, f"orphan pods: {sorted(pods)}"
+        homes = {f"claim-{u}" for u in self.users}
+        stray = await self.claims() - homes
+        assert not stray, f"claims left that are no user's home: {sorted(stray)}"
+
+
+async def _watch_loop_lag(hub: Hub) -> None:
+    """How long the loop went without running this task: in wall time, and in CPU time of the
+    loop's thread (work the loop did meanwhile; on a machine this loaded the OS alone can
+    withhold the CPU for a second, so the CPU figure is the one checked)."""
+    tick = 0.02
+    while True:
+        before, cpu_before = time.monotonic(), time.thread_time()
+        await asyncio.sleep(tick)
+        hub.max_wall_lag = max(hub.max_wall_lag, time.monotonic() - before - tick)
+        hub.max_lag = max(hub.max_lag, time.thread_time() - cpu_before)
+
+
+@pytest.fixture
+async def hub(fault_plane, proxy, monkeypatch, tmp_path):
+    from kubernetes_asyncio import client, config
+    from kubernetes_asyncio.config import kube_config
+
+    admin = await config.new_client_from_config(
+        config_file=fault_plane.kubeconfig, persist_config=False
+    )
+    namespace = f"f-{secrets.token_hex(4)}"
+    h = Hub(fault_plane, proxy, admin, namespace, tmp_path)
+    await h.core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace)))
+    # KubeSpawner's shared client reads the default kubeconfig: point it at the proxy.
+    monkeypatch.setattr(kube_config, "KUBE_CONFIG_DEFAULT_LOCATION", str(h.kubeconfig))
+    await config.load_kube_config(config_file=str(h.kubeconfig))
+    monitor = asyncio.ensure_future(_watch_loop_lag(h))
+    try:
+        yield h
+        proxy.clear()
+        for name in ("etcd", "apiserver"):
+            with contextlib.suppress(Exception):
+                fault_plane.resume(name)
+        await h.stop_all_and_check()
+        await helpers.assert_no_split_claims(admin, namespace)
+        print(f"loop: longest gap {h.max_wall_lag:.3f} s wall, {h.max_lag:.3f} s of CPU")
+        assert h.max_lag < MAX_LOOP_LAG, f"the hub's event loop ran {h.max_lag:.3f} s at a stretch"
+    finally:
+        monitor.cancel()
+        for task in list(ColocatingKubeSpawner._api_fault_sweeps):
+            task.cancel()
+        await stop_reflectors(namespace)
+        try:
+            await helpers.cleanup(admin, namespace, h.nodes)
+            await helpers.delete_namespace(admin, namespace)
+        finally:
+            await admin.close()

@@ -1,0 +1,215 @@
+"""Faults on the real control plane: the hub never crashes or stalls, and nothing is lost.
+
+Each test injects one fault while real ColocatingKubeSpawners spawn (signals to the fault
+plane's own processes, or the fault proxy between the spawners and the apiserver).  Every spawn
+must end started, or with a reason a person can read (never a raw client exception); the
+``hub`` fixture's teardown then checks the rest: no RWO claim on two nodes, no pod left once the
+servers are stopped, no claim but the users' homes, every per-user lock released, the event loop
+never stalled.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import pytest
+
+pytestmark = pytest.mark.faults
+
+
+def metric(name: str, **labels) -> float:
+    from prometheus_client import REGISTRY
+
+    return REGISTRY.get_sample_value(name, labels) or 0.0
+
+
+SAFE_SIDE = "nebari_colocate_safe_side_total"
+
+
+async def one_user_on_one_node(hub, user: str = "alice") -> str:
+    node = f"{hub.namespace}-n1"
+    await hub.create_node(node)
+    await hub.create_bound_claim(f"claim-{user}")
+    return node
+
+
+async def running_app(hub, node: str, user: str = "alice"):
+    """A server of ``user`` already running on ``node`` before the fault (a holder of the RWO
+    home that the pod reflector knows)."""
+    app = hub.make(user, "app", node_selector={"kubernetes.io/hostname": node})
+    outcome = await hub.spawn(app)
+    assert outcome.started, outcome.error
+    return app
+
+
+async def pinned_node(hub, spawner) -> str:
+    pods = await hub.pods()
+    return pods[spawner.pod_name]["spec"].get("nodeName")
+
+
+def safe_side_logged(caplog) -> bool:
+    return any("taking the safe side" in r.getMessage() for r in caplog.records)
+
+
+async def later(seconds: float, action, *args):
+    await asyncio.sleep(seconds)
+    await asyncio.to_thread(action, *args)
+
+
+# --------------------------------------------------------------------------------------------------
+# the apiserver frozen (SIGSTOP)
+
+
+async def test_a_frozen_apiserver_past_the_check_timeout_takes_the_safe_side_then_starts(
+    hub, caplog
+):
+    node = await one_user_on_one_node(hub)
+    await running_app(hub, node)
+    lab = hub.make("alice")
+    before = metric(SAFE_SIDE)
+    with caplog.at_level(logging.WARNING):
+        hub.plane.pause("apiserver")
+        thaw = asyncio.ensure_future(later(3.0, hub.plane.resume, "apiserver"))
+        outcome = await hub.spawn(lab)
+        await thaw
+    assert outcome.started, outcome.error
+    # The check gave up after 1 s; the pod reflector knew the app: pinned to its node.
+    assert metric(SAFE_SIDE) == before + 1
+    assert safe_side_logged(caplog)
+    assert await pinned_node(hub, lab) == node
+
+
+async def test_a_freeze_past_the_retry_timeout_ends_the_spawn_in_words(hub, caplog):
+    node = await one_user_on_one_node(hub)
+    await running_app(hub, node)  # the hub's reflectors run, as they do in a hub
+    lab = hub.make("alice", k8s_api_request_retry_timeout=4)
+    before = metric("nebari_colocate_api_faults_total", fault="timeout")
+    with caplog.at_level(logging.WARNING):
+        hub.plane.pause("apiserver")
+        try:
+            outcome = await hub.spawn(lab)
+        finally:
+            hub.plane.resume("apiserver")
+    assert not outcome.started
+    text = outcome.readable()
+    assert "did not answer in time" in text and "try again" in text
+    assert outcome.error.fault == "timeout"
+    assert "Could not create PVC" in str(outcome.error.__cause__)  # although the PVC exists
+    assert metric("nebari_colocate_api_faults_total", fault="timeout") == before + 1
+    assert safe_side_logged(caplog)
+
+
+async def test_a_pod_the_api_creates_after_the_spawn_gave_up_is_deleted(hub):
+    """A create request that reached a stalled API server is carried out when it resumes."""
+    await one_user_on_one_node(hub)
+    lab = hub.make("alice", k8s_api_request_retry_timeout=4, k8s_api_request_timeout=2)
+    hub.proxy.hold = lambda method, path: method == "POST" and path.endswith("/pods")
+    outcome = await hub.spawn(lab)
+    assert not outcome.started
+    assert outcome.error.fault == "timeout", outcome.error
+    assert "Could not create pod" in str(outcome.error.__cause__)
+    outcome.readable()
+    hub.proxy.release()  # the held creates now reach the apiserver: the pod appears
+    for _ in range(50):
+        if lab.pod_name in await hub.pods():
+            break
+        await asyncio.sleep(0.1)
+    else:
+        pytest.fail("the held create never made the pod: the test proves nothing")
+    # The sweep deletes it (the teardown waits until no pod is left).
+
+
+# --------------------------------------------------------------------------------------------------
+# restarts
+
+
+@pytest.mark.parametrize("component, down", [("apiserver", 2.0), ("etcd", 3.0)])
+async def test_a_restart_mid_spawn_ends_started_or_in_words(hub, component, down, caplog):
+    node = await one_user_on_one_node(hub)
+    await running_app(hub, node)
+    lab = hub.make("alice")
+    with caplog.at_level(logging.WARNING):
+        restart = asyncio.ensure_future(later(0.2, hub.plane.restart, component, down))
+        outcome = await hub.spawn(lab)
+        await restart
+    if outcome.started:
+        assert await pinned_node(hub, lab) == node
+    else:
+        outcome.readable()
+    # Once it is back, the same server starts, on the holder's node.
+    if not outcome.started:
+        outcome = await hub.spawn(lab)
+        assert outcome.started, outcome.error
+        assert await pinned_node(hub, lab) == node
+
+
+# --------------------------------------------------------------------------------------------------
+# watches reset
+
+
+async def test_watches_cut_again_and_again_while_servers_start(hub):
+    node = await one_user_on_one_node(hub)
+    lab = hub.make("alice")
+
+    async def cut_watches():
+        cut = 0
+        for _ in range(15):
+            await asyncio.sleep(0.3)
+            cut += await asyncio.to_thread(hub.proxy.reset_watches)
+        return cut
+
+    cutter = asyncio.ensure_future(cut_watches())
+    lab_outcome = await hub.spawn(lab)
+    app = hub.make("alice", "app")
+    app_outcome = await hub.spawn(app)
+    cut = await cutter
+    assert cut > 0, "no watch was open to cut: the test proves nothing"
+    assert lab_outcome.started, lab_outcome.error
+    assert app_outcome.started, app_outcome.error
+    assert await pinned_node(hub, lab) == await pinned_node(hub, app) == node
+
+
+# --------------------------------------------------------------------------------------------------
+# 429 and 5xx answers, latency
+
+
+@pytest.mark.parametrize("status", [429, 500, 503])
+async def test_error_answers_end_every_spawn_started_or_in_words(hub, status, caplog):
+    node = await one_user_on_one_node(hub)
+    for user in ("bob", "carol"):
+        await hub.create_bound_claim(f"claim-{user}")
+    await running_app(hub, node)
+    hub.proxy.fail_status, hub.proxy.fail_probability = status, 0.5
+    spawners = [hub.make(u) for u in ("alice", "bob", "carol")]
+    with caplog.at_level(logging.WARNING):
+        outcomes = await asyncio.gather(*(hub.spawn(s) for s in spawners))
+    print(f"{status}: {hub.proxy.counts}")
+    for outcome in outcomes:
+        print(f"  {outcome.spawner.user.name}: {outcome.url or outcome.error!r}")
+    assert hub.proxy.counts.by_status.get(status), "no fault injected: the test proves nothing"
+    hub.proxy.clear()
+    for outcome in outcomes:
+        if outcome.started:
+            continue
+        text = outcome.readable()
+        expected = "overloaded" if status == 429 else "internal error"
+        assert expected in text or "did not answer in time" in text, text
+    alice = outcomes[0]
+    if alice.started:
+        assert await pinned_node(hub, alice.spawner) == node
+
+
+async def test_two_seconds_of_latency_take_the_safe_side_and_the_spawn_starts(hub, caplog):
+    node = await one_user_on_one_node(hub)
+    await running_app(hub, node)
+    lab = hub.make("alice")
+    hub.proxy.latency = 2.0
+    before = metric(SAFE_SIDE)
+    with caplog.at_level(logging.WARNING):
+        outcome = await hub.spawn(lab)
+    hub.proxy.clear()
+    assert outcome.started, outcome.error
+    assert metric(SAFE_SIDE) == before + 1
+    assert safe_side_logged(caplog)
+    assert await pinned_node(hub, lab) == node
