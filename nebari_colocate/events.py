@@ -9,6 +9,9 @@ hides the reason from the person on the spawn page:
   holding its volume.  No autoscaler can help: a new node never holds the volume.
 - ``no-scale-up``: the scheduler cannot place the pod and the cluster autoscaler
   (``NotTriggerScaleUp``) or Karpenter (``Failed to schedule pod, ...``) will not add a node.
+  Karpenter gives one reason per NodePool; each is read (:func:`karpenter_reasons`) and the
+  verdict carries their cause codes, so the words name the cause that matters (the co-location,
+  not the taint of a pool that was never meant for this server).
 - ``multi-attach``: the attach/detach controller refused to attach the volume, which another pod
   uses on another node (``Waiting for detach …`` since Kubernetes 1.37, ``Multi-Attach error …``
   before; both occur in the field).
@@ -24,11 +27,13 @@ plain progress text where there is something to say.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
+from . import messages
 from .messages import server_label
 
 WAIT, FAIL = "wait", "fail"
@@ -61,6 +66,7 @@ class EventVerdict:
     user_message: str  # spawn-page text (fail) or progress text (wait); "" if nothing to say
     raw: str  # the raw event message that decided it ("" if none), for the operator log
     holders: tuple[str, ...] = ()  # pod names parsed from a Multi-Attach message
+    causes: tuple[str, ...] = ()  # Karpenter cause codes (KARPENTER_*) of a no-scale-up verdict
 
 
 # --- upstream message formats (DESIGN section 9) ---------------------------------------------
@@ -132,16 +138,31 @@ _FRAGMENT_WORDS: tuple[tuple[str, str], ...] = (
     ("not ready for scale-up", "the node group is not ready to grow"),
 )
 
-# Karpenter "Failed to schedule pod, <why>" fragments that no retry will change.
-_KARPENTER_FINAL: tuple[tuple[str, str], ...] = (
-    ("incompatible requirements", "no node pool offers the kind of node this server asks for"),
-    ("did not tolerate", "the node pools are reserved by taints this server does not tolerate"),
-    ("all available instance types exceed limits", "the node pools have reached their limits"),
-    (
-        "no instance type met the scheduling requirements",
-        "no machine type meets what this server asks for",
-    ),
+# Karpenter 1.15 "Failed to schedule pod, <why>": <why> joins one reason per NodePool with "; "
+# (go.uber.org/multierr). Each reason -> a cause code; the first needle found wins. Every cause
+# listed is one no retry changes: Karpenter has simulated every NodePool and none can serve.
+KARPENTER_SEPARATOR = "; "
+KARPENTER_COLOCATION = "colocation"  # the pod's required pod affinity: no new node holds them
+KARPENTER_ANTI_AFFINITY = "anti-affinity"
+KARPENTER_SPREAD = "topology-spread"
+KARPENTER_LIMITS = "limits"
+KARPENTER_NO_INSTANCE_TYPE = "no-instance-type"
+KARPENTER_REQUIREMENTS = "requirements"
+KARPENTER_TAINT = "taint"
+_KARPENTER_CAUSES: tuple[tuple[str, str], ...] = (
+    ("unsatisfiable topology constraint for pod affinity", KARPENTER_COLOCATION),
+    ("unsatisfiable topology constraint for pod anti-affinity", KARPENTER_ANTI_AFFINITY),
+    ("unsatisfiable topology constraint for topology spread", KARPENTER_SPREAD),
+    ("exceed limits for nodepool", KARPENTER_LIMITS),
+    ("node limits have been exhausted", KARPENTER_LIMITS),
+    ("no instance type", KARPENTER_NO_INSTANCE_TYPE),
+    ("incompatible requirements", KARPENTER_REQUIREMENTS),
+    ("did not tolerate taint", KARPENTER_TAINT),
 )
+#: Karpenter's provisioner ignores a pod whose node affinity uses ``matchFields`` (the pin to the
+#: node holding the volume) and says so: a statement about Karpenter, not about the pod's profile.
+KARPENTER_SKIPS_PINNED = "node selector term with matchFields is not supported"
+_KARPENTER_RESOURCES = re.compile(r"resources=(\{[^{}]*\})")
 
 # Progress text for ordinary events (the spawner shows it while waiting).
 _PROGRESS = {
@@ -172,9 +193,6 @@ _BOUND_REASONS = frozenset(
         "Started",
     }
 )
-
-_SCALE_UP_TEXT = "Waiting for a new node: the cluster autoscaler is adding one"
-_SCALE_UP_GPU_TEXT = "Waiting for a node with a free GPU: the cluster autoscaler is adding one"
 
 
 # --- time ------------------------------------------------------------------------------------
@@ -343,11 +361,49 @@ def _is_fit_error(ev: _Event) -> bool:
     return ev.reason == "FailedScheduling" and bool(_FIT_ERROR.match(ev.message))
 
 
-def _karpenter_final(ev: _Event) -> list[str]:
-    """Words for a Karpenter FailedScheduling no retry will change; [] if it is not one."""
-    if ev.reason != "FailedScheduling" or not ev.message.startswith(KARPENTER_FAILED):
-        return []
-    return _unique([words for needle, words in _KARPENTER_FINAL if needle in ev.message])
+def karpenter_reasons(message: str) -> list[tuple[str | None, str]] | None:
+    """``(cause, reason)`` per NodePool reason of a Karpenter ``Failed to schedule pod, ...``.
+
+    ``cause`` is one of the ``KARPENTER_*`` cause codes, or None for a reason not understood.
+    None for any other message.
+    """
+    if not message.startswith(KARPENTER_FAILED):
+        return None
+    pairs: list[tuple[str | None, str]] = []
+    for reason in message[len(KARPENTER_FAILED) :].split(KARPENTER_SEPARATOR):
+        reason = reason.strip()
+        if reason:
+            cause = next((code for needle, code in _KARPENTER_CAUSES if needle in reason), None)
+            pairs.append((cause, reason))
+    return pairs
+
+
+def _is_karpenter_skip(ev: _Event) -> bool:
+    return ev.reason == "FailedScheduling" and (
+        ev.message.startswith(KARPENTER_FAILED) and KARPENTER_SKIPS_PINNED in ev.message
+    )
+
+
+def _karpenter_final(ev: _Event) -> tuple[str, ...]:
+    """The cause codes of a Karpenter FailedScheduling no retry will change; () if not one."""
+    if ev.reason != "FailedScheduling":
+        return ()
+    reasons = karpenter_reasons(ev.message)
+    if not reasons or any(cause is None for cause, _ in reasons):
+        return ()
+    return tuple(_unique([cause for cause, _ in reasons if cause]))
+
+
+def karpenter_requests(message: str) -> dict[str, str]:
+    """The pod requests Karpenter quotes (``resources={...}``) in a reason, if any."""
+    for m in _KARPENTER_RESOURCES.finditer(message):
+        try:
+            value = json.loads(m.group(1))
+        except ValueError:
+            continue
+        if isinstance(value, dict):
+            return {str(k): str(v) for k, v in value.items()}
+    return {}
 
 
 def _is_negative_autoscaler(ev: _Event) -> bool:
@@ -379,6 +435,9 @@ def _scheduling_episode(events: list[_Event]) -> _Scheduling:
         if ev.reason in _BOUND_REASONS:
             # Bound to a node: earlier scheduling trouble is over.
             episode = _Scheduling(failures=[])
+        elif _is_karpenter_skip(ev):
+            # Karpenter left a pinned pod to the scheduler: no word on whether it can run.
+            continue
         elif _is_negative_autoscaler(ev):
             episode.negative, episode.negative_at = ev, i
         elif _is_positive_autoscaler(ev):
@@ -406,15 +465,12 @@ def _pinned_verdict(node: str, ev: _Event) -> EventVerdict:
 
 
 def _no_scale_up_verdict(ev: _Event) -> EventVerdict:
-    words = _karpenter_final(ev) or _unique(
-        [fragment_words(f) for f in _autoscaler_fragments(ev.message)]
-    )
-    why = f" ({'; '.join(words)})" if words else ""
-    text = (
-        "No node can run this server, and the cluster autoscaler cannot add one that could"
-        f"{why}. Choose a different profile, or ask your administrator."
-    )
-    return EventVerdict(FAIL, NO_SCALE_UP, text, ev.message)
+    causes = _karpenter_final(ev)
+    if causes:
+        text = messages.karpenter_refusal_text(causes, karpenter_requests(ev.message))
+        return EventVerdict(FAIL, NO_SCALE_UP, text, ev.message, causes=causes)
+    words = _unique([fragment_words(f) for f in _autoscaler_fragments(ev.message)])
+    return EventVerdict(FAIL, NO_SCALE_UP, messages.no_scale_up_text(words), ev.message)
 
 
 def _scheduler_summary(ev: _Event) -> str:
@@ -459,8 +515,10 @@ def _schedule(
     if episode.negative and episode.negative_at > episode.positive_at:
         return _no_scale_up_verdict(episode.negative)
     if episode.positive:
+        # A hint only (Karpenter's Nominated names where it expects the pod to go; the
+        # scheduler may bind it elsewhere): keep waiting.
         gpu = wants_gpu or any(_wants_gpu(ev.message) for ev in episode.failures)
-        text = _SCALE_UP_GPU_TEXT if gpu else _SCALE_UP_TEXT
+        text = messages.scale_up_text(gpu=gpu)
         return EventVerdict(WAIT, None, text, episode.positive.message)
 
     if not episode.failures:

@@ -289,6 +289,75 @@ def api_fault_html(fault: str, *, server_name: str, detail: str = "") -> str:
     return f'<div class="colocate-message" style="text-align: left">{text}</div>'
 
 
+# --- autoscaler verdicts (events.classify) ---------------------------------------------------
+
+#: Karpenter cause code (``events.KARPENTER_*``) -> why no new node can run the server. The
+#: codes are listed most telling first: a NodePool whose taint or requirements this server does
+#: not match was never meant for it, so its reason is told only when nothing better is known.
+_KARPENTER_CAUSE_WORDS: tuple[tuple[str, str], ...] = (
+    (
+        "colocation",
+        "it must run on the node where your other servers are (your storage volume can be "
+        "attached to one node at a time), and no new node can be that node",
+    ),
+    ("limits", "the node pools that could run it have reached their size limits"),
+    ("no-instance-type", "no machine type is big enough for what it asks for{requests}"),
+    ("anti-affinity", "it must be kept apart from other pods, and no new node can do that"),
+    ("topology-spread", "a new node would break its spread constraint"),
+    ("requirements", "no node pool offers the kind of node it asks for"),
+    ("taint", "the node pools that could run it are reserved for other kinds of servers"),
+)
+_KARPENTER_MISMATCH = frozenset({"requirements", "taint"})
+
+
+def _requests_words(requests: Mapping[str, str]) -> str:
+    # Only the GPUs: Karpenter quotes memory in bytes and adds its own pod count.
+    gpus = [requests[r] for r in ("nvidia.com/gpu", "amd.com/gpu") if requests.get(r)]
+    if not gpus:
+        return ""
+    return f" ({' and '.join(gpus)} GPU{'s' if gpus != ['1'] else ''})"
+
+
+def karpenter_refusal_text(causes, requests: Mapping[str, str] | None = None) -> str:
+    """The spawn-page text when Karpenter says no NodePool can serve the pod.
+
+    ``causes``: Karpenter cause codes, one per NodePool reason; ``requests``: the pod requests
+    Karpenter quoted. See docs/failure-modes.md.
+    """
+    known = [code for code, _ in _KARPENTER_CAUSE_WORDS if code in set(causes)]
+    telling = [code for code in known if code not in _KARPENTER_MISMATCH] or known
+    if "requirements" in telling and "taint" in telling:
+        telling.remove("taint")  # "no node pool offers the kind of node" already says it
+    words = dict(_KARPENTER_CAUSE_WORDS)
+    why = "; ".join(
+        words[code].format(requests=_requests_words(requests or {})) for code in telling
+    )
+    if "colocation" in telling:
+        advice = "Stop your other servers and start this one again, or choose a smaller profile."
+    else:
+        advice = "Choose a different profile, or ask your administrator."
+    return (
+        f"No node can run this server, and the autoscaler cannot add one that could: {why}. "
+        f"{advice}"
+    )
+
+
+def no_scale_up_text(why: list[str]) -> str:
+    """The spawn-page text when the cluster autoscaler says it will not add a node."""
+    detail = f" ({'; '.join(why)})" if why else ""
+    return (
+        "No node can run this server, and the cluster autoscaler cannot add one that could"
+        f"{detail}. Choose a different profile, or ask your administrator."
+    )
+
+
+def scale_up_text(*, gpu: bool) -> str:
+    """Progress text while an autoscaler adds a node (or Karpenter has nominated one)."""
+    if gpu:
+        return "Waiting for a node with a free GPU: the cluster autoscaler is adding one"
+    return "Waiting for a new node: the cluster autoscaler is adding one"
+
+
 # --------------------------------------------------------------------------------------------------
 # nebari-colocate migrate: what the operator reads (the codes come from migrate.py)
 

@@ -9,6 +9,8 @@
   controller (the only VolumeAttachments are the test's own); the PV controller binds claims.
 - ``kube`` (function, async): a ``Kube`` with an admin ApiClient, a fresh namespace, and factories
   that record what they create so teardown deletes it (and checks the claim invariant).
+- ``autoscaler`` (session): Karpenter with its NodePools, on a control plane of its own
+  (``tests/kube/autoscaler.py``).
 
 Any test that uses ``kube_bin_dir`` (so any test using ``control_plane`` or ``kube``) gets the
 ``cluster`` marker. A control plane that cannot be built or started fails those tests; it never
@@ -17,6 +19,7 @@ skips them.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import subprocess
@@ -30,10 +33,20 @@ if str(TESTS_DIR) not in sys.path:
     sys.path.insert(0, str(TESTS_DIR))
 
 from kube import helpers  # noqa: E402
+from kube.autoscaler import Autoscaler, clear_nodes  # noqa: E402
 from kube.controlplane import CONTROLLERS, ControlPlane, tail  # noqa: E402
 
 BUILD_SCRIPT = TESTS_DIR / "kube" / "build.sh"
-CLUSTER_FIXTURES = frozenset({"kube_bin_dir", "control_plane", "frozen_control_plane", "kube"})
+CLUSTER_FIXTURES = frozenset(
+    {
+        "kube_bin_dir",
+        "control_plane",
+        "frozen_control_plane",
+        "kube",
+        "autoscaler",
+        "karpenter_kube",
+    }
+)
 FROZEN_STATE_CONTROLLERS = tuple(c for c in CONTROLLERS if c != "attachdetach")
 
 
@@ -50,6 +63,10 @@ def pytest_runtest_makereport(item, call):
     if report.failed and call.when in ("setup", "call", "teardown"):
         funcargs = getattr(item, "funcargs", {})
         control_plane = funcargs.get("control_plane") or funcargs.get("frozen_control_plane")
+        karpenter = funcargs.get("autoscaler")
+        if isinstance(karpenter, Autoscaler):
+            control_plane = karpenter.control_plane
+            report.sections.append((f"karpenter log ({karpenter.log})", tail(karpenter.log, 40)))
         if isinstance(control_plane, ControlPlane):
             for name, path in control_plane.logs.items():
                 lines = 40 if name in ("scheduler", "controller-manager", "volume-gate") else 15
@@ -188,8 +205,9 @@ class Kube:
         )
 
 
-@pytest.fixture
-async def kube(control_plane):
+@contextlib.asynccontextmanager
+async def kube_namespace(control_plane: ControlPlane):
+    """A ``Kube`` in a fresh namespace of ``control_plane``; deleted (claims checked) on exit."""
     from kubernetes_asyncio import client, config
 
     api_client = await config.new_client_from_config(
@@ -208,5 +226,51 @@ async def kube(control_plane):
         try:
             await helpers.cleanup(api_client, namespace, k.nodes)
             await helpers.delete_namespace(api_client, namespace)
+        finally:
+            await api_client.close()
+
+
+@pytest.fixture
+async def kube(control_plane):
+    async with kube_namespace(control_plane) as k:
+        yield k
+
+
+@pytest.fixture(scope="session")
+def autoscaler(kube_bin_dir):
+    """Karpenter (kwok cloud provider) with NodePools ``cpu`` and ``gpu``, on a control plane of
+    its own: Karpenter adds nodes for every pending pod it sees, so it must not see the pods
+    other cluster tests leave unschedulable on purpose. ``autoscaler.control_plane`` is that
+    control plane; tests use it through ``karpenter_kube`` (tests/cluster/test_karpenter*.py)."""
+    keep = bool(os.environ.get("NEBARI_COLOCATE_KEEP_LOGS"))
+    cp = ControlPlane(kube_bin_dir, keep_logs=keep)
+    karpenter = Autoscaler(kube_bin_dir, cp)
+    try:
+        cp.start()
+        karpenter.start()
+    except Exception as e:
+        karpenter.stop()
+        cp.stop()
+        pytest.fail(f"Karpenter and its control plane did not start: {e}", pytrace=False)
+    yield karpenter
+    karpenter.stop()
+    cp.stop()
+
+
+@pytest.fixture
+async def karpenter_kube(autoscaler):
+    """A ``Kube`` on the autoscaler's control plane; on exit, after the namespace is gone, every
+    node Karpenter launched is removed so the next test starts from an empty cluster."""
+    from kubernetes_asyncio import config
+
+    try:
+        async with kube_namespace(autoscaler.control_plane) as k:
+            yield k
+    finally:
+        api_client = await config.new_client_from_config(
+            config_file=autoscaler.control_plane.kubeconfig, persist_config=False
+        )
+        try:
+            await clear_nodes(api_client)
         finally:
             await api_client.close()

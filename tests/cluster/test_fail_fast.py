@@ -2,8 +2,9 @@
 
 The scheduler's FailedScheduling comes from the real kube-scheduler, the attach/detach
 controller's FailedAttachVolume from the real kube-controller-manager (test_real_attach.py). Events
-of components that do not run here (cluster-autoscaler, Karpenter, a kubelet pulling images) are
-created through the API in their real formats, as those components would write them.
+of components that do not run here (cluster-autoscaler, a kubelet pulling images) are created
+through the API in their real formats, as those components would write them. Karpenter runs for
+real in test_karpenter.py.
 """
 
 from __future__ import annotations
@@ -107,14 +108,6 @@ async def test_pinned_pod_made_unschedulable_after_the_decision_fails_on_the_sch
             "1 max node group size reached",
             "cluster-autoscaler",
             "Normal",
-        ),
-        (
-            "karpenter-says-no",
-            "FailedScheduling",
-            "Failed to schedule pod, incompatible requirements, key node-type, node-type In [gpu] "
-            "not in node-type In [cpu]",
-            "karpenter",
-            "Warning",
         ),
     ],
 )

@@ -4,6 +4,8 @@
 #   bin/kube  (k8s.io/kubernetes: `kube apiserver|scheduler|controller-manager ...`)
 #   bin/kwok  (sigs.k8s.io/kwok/cmd/kwok, built as a `tool` of the k8s module: its k8s.io/* modules
 #              are the ones of the multicall, so the packages compiled for one serve the other)
+#   bin/karpenter and bin/karpenter-crds/ (sigs.k8s.io/karpenter/kwok: Karpenter with its kwok
+#             cloud provider, and the CRD files of that same module version)
 # Idempotent: Go's build cache makes a rebuild with no change take seconds. Prints the bin dir last.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -40,4 +42,21 @@ build kube k8s . "$ldflags"
 build kwok k8s sigs.k8s.io/kwok/cmd/kwok "-s -w"
 echo "control plane built in $(( $(date +%s) - start ))s: $bin/etcd $bin/kube ($k8s_version)" \
   "$bin/kwok ($kwok_version)" >&2
+
+# Karpenter: its go.mod needs go >= 1.26.9, newer than the Go this machine may have; GOTOOLCHAIN
+# makes the go command fetch exactly go1.27.3 from the module proxy (once; it is cached).
+start=$(date +%s)
+karpenter_version="$(awk '$1 == "require" && $2 == "sigs.k8s.io/karpenter" {print $3; exit}' "$here/karpenter/go.mod")"
+[ -n "$karpenter_version" ] || { echo "build.sh: cannot read the sigs.k8s.io/karpenter version from karpenter/go.mod" >&2; exit 1; }
+(
+  cd "$here/karpenter"
+  export GOTOOLCHAIN=go1.27.3
+  go build -trimpath -ldflags "-s -w -X sigs.k8s.io/karpenter/pkg/operator.Version=$karpenter_version" \
+    -o "$bin/karpenter" sigs.k8s.io/karpenter/kwok
+  # The CRDs the binary expects, from the same module version (module files are read-only).
+  module_dir="$(go list -m -f '{{.Dir}}' sigs.k8s.io/karpenter)"
+  mkdir -p "$bin/karpenter-crds"
+  install -m 0644 "$module_dir"/pkg/apis/crds/*.yaml "$module_dir"/kwok/apis/crds/*.yaml "$bin/karpenter-crds/"
+)
+echo "karpenter built in $(( $(date +%s) - start ))s: $bin/karpenter ($karpenter_version)" >&2
 echo "$bin"

@@ -98,3 +98,17 @@ async def stop_reflectors(namespace: str) -> None:
             KubeSpawner.reflectors.pop(key, None)
             with contextlib.suppress(Exception):
                 await reflector.stop()
+
+
+def legacy_affinity(username: str, label: str = "hub.jupyter.org/username") -> dict:
+    """KubeSpawner traits for the hard pod affinity deployments put on every user pod today (the
+    one data-science-pack writes by hand in ``extra_pod_config``): all of a user's pods on one
+    node."""
+    return {
+        "pod_affinity_required": [
+            {
+                "labelSelector": {"matchLabels": {label: username}},
+                "topologyKey": "kubernetes.io/hostname",
+            }
+        ]
+    }

@@ -17,6 +17,7 @@ from nebari_colocate.events import (
     EventVerdict,
     classify,
     fit_error_fragments,
+    karpenter_reasons,
     parse_time,
 )
 
@@ -359,7 +360,7 @@ VERDICTS = [
         2,
         "fail",
         "no-scale-up",
-        ("taints this server does not tolerate",),
+        ("reserved for other kinds of servers",),
     ),
     (
         "karpenter_nodepool_limits_fail_at_once",
@@ -368,7 +369,7 @@ VERDICTS = [
         2,
         "fail",
         "no-scale-up",
-        ("reached their limits",),
+        ("reached their size limits",),
     ),
     (
         "karpenter_finding_no_instance_type_fails_at_once",
@@ -1039,3 +1040,201 @@ def test_scale_up_text_mentions_a_gpu_when_the_pod_requests_one(wants_gpu, expec
     verdict = classify(events, pinned_node=None, now=T0 + timedelta(seconds=5), wants_gpu=wants_gpu)
     assert verdict.action == "wait"
     assert expect in verdict.user_message
+
+
+# --- Karpenter 1.15: one reason per NodePool, joined by "; " -----------------------------------
+# The texts below were observed on the real Karpenter (tests/cluster/test_karpenter.py, NodePools
+# "cpu" and "gpu" tainted nvidia.com/gpu=true:NoSchedule).
+KARPENTER_CAPACITY_CAP = (
+    "Failed to schedule pod, did not tolerate taint (taint=nvidia.com/gpu=true:NoSchedule); "
+    "unsatisfiable topology constraint for pod affinity, key=kubernetes.io/hostname (counts = "
+    "cpu-ml4sp: 1, podDomains = kubernetes.io/hostname Exists, nodeDomains = "
+    "kubernetes.io/hostname In [hostname-placeholder-0006]"
+)
+# The GPU profile asks for no node label: both pools fail on the co-location first.
+KARPENTER_GPU_LAB_BLOCKED = (
+    "Failed to schedule pod, unsatisfiable topology constraint for pod affinity, "
+    "key=kubernetes.io/hostname (counts = cpu-tb7xd: 1, podDomains = kubernetes.io/hostname "
+    "Exists, nodeDomains = kubernetes.io/hostname In [hostname-placeholder-0003]; unsatisfiable "
+    "topology constraint for pod affinity, key=kubernetes.io/hostname (counts = cpu-tb7xd: 1, "
+    "podDomains = kubernetes.io/hostname Exists, nodeDomains = kubernetes.io/hostname In "
+    "[hostname-placeholder-0004]"
+)
+KARPENTER_NO_POOL_HAS_SO_MANY_GPUS = (
+    "Failed to schedule pod, no instance type has enough resources, requirements=colocate.test/"
+    "pool In [gpu], karpenter.kwok.sh/instance-family In [gpu], karpenter.kwok.sh/kwoknodeclass "
+    "In [default], karpenter.sh/capacity-type In [on-demand], karpenter.sh/initialized In [true], "
+    'karpenter.sh/nodepool In [gpu], karpenter.sh/registered In [true], resources={"cpu":'
+    '"100m","memory":"134217728","nvidia.com/gpu":"8","pods":"1"}; no instance type has enough '
+    "resources, requirements=colocate.test/pool In [cpu], karpenter.kwok.sh/instance-family In "
+    "[cpu], karpenter.kwok.sh/kwoknodeclass In [default], karpenter.sh/capacity-type In "
+    "[on-demand], karpenter.sh/initialized In [true], karpenter.sh/nodepool In [cpu], "
+    'karpenter.sh/registered In [true], resources={"cpu":"100m","memory":"134217728",'
+    '"nvidia.com/gpu":"8","pods":"1"}'
+)
+# Not observed here (no test sets up such pools): the format of the source, two pools.
+KARPENTER_WRONG_KIND_EVERYWHERE = (
+    "Failed to schedule pod, incompatible requirements, key node-type, node-type In [gpu] not in "
+    "node-type In [cpu]; did not tolerate taint (taint=nvidia.com/gpu=true:NoSchedule)"
+)
+KARPENTER_ONE_POOL_NOT_UNDERSTOOD = (
+    "Failed to schedule pod, did not tolerate taint (taint=nvidia.com/gpu=true:NoSchedule); "
+    'nodepool "cpu" not ready'
+)
+KARPENTER_SKIPS_PINNED_POD = (
+    "Failed to schedule pod, node selector term with matchFields is not supported"
+)
+
+# (test_variation_id, events, options, now, action, reason, causes, words in, words never in)
+KARPENTER_VERDICTS = [
+    (
+        "capacity_cap_names_the_colocation_not_the_taint",
+        [scheduler(CPU_FULL, 0), karpenter("FailedScheduling", KARPENTER_CAPACITY_CAP, 1)],
+        {},
+        2,
+        "fail",
+        "no-scale-up",
+        ("taint", "colocation"),
+        ("where your other servers are", "attached to one node at a time", "Stop your other"),
+        ("taint", "reserved"),
+    ),
+    (
+        "gpu_lab_blocked_names_the_colocation",
+        [
+            scheduler(GPU_PROFILE_ON_CPU_NODES, 0),
+            karpenter("FailedScheduling", KARPENTER_GPU_LAB_BLOCKED, 1),
+        ],
+        {},
+        2,
+        "fail",
+        "no-scale-up",
+        ("colocation",),
+        ("where your other servers are",),
+        ("kind of node",),
+    ),
+    (
+        "no_machine_type_big_enough_names_what_the_server_asks_for",
+        [
+            scheduler(CPU_FULL, 0),
+            karpenter("FailedScheduling", KARPENTER_NO_POOL_HAS_SO_MANY_GPUS, 1),
+        ],
+        {},
+        2,
+        "fail",
+        "no-scale-up",
+        ("no-instance-type",),
+        ("no machine type is big enough", "(8 GPUs)"),
+        ("other servers",),
+    ),
+    (
+        "no_pool_of_the_right_kind_says_so_once",
+        [
+            scheduler(GPU_PROFILE_ON_CPU_NODES, 0),
+            karpenter("FailedScheduling", KARPENTER_WRONG_KIND_EVERYWHERE, 1),
+        ],
+        {},
+        2,
+        "fail",
+        "no-scale-up",
+        ("requirements", "taint"),
+        ("no node pool offers the kind of node",),
+        ("reserved",),
+    ),
+    (
+        "a_reason_not_understood_keeps_waiting_within_the_grace",
+        [
+            scheduler(CPU_FULL, 0),
+            karpenter("FailedScheduling", KARPENTER_ONE_POOL_NOT_UNDERSTOOD, 1),
+        ],
+        {},
+        10,
+        "wait",
+        None,
+        (),
+        (),
+        (),
+    ),
+    (
+        "karpenter_skipping_a_pinned_pod_is_no_verdict",
+        [karpenter("FailedScheduling", KARPENTER_SKIPS_PINNED_POD, 1)],
+        {},
+        600,
+        "wait",
+        None,
+        (),
+        (),
+        ("profile", "node pool"),
+    ),
+    (
+        "karpenter_skipping_a_pinned_pod_leaves_the_scheduler_verdict",
+        [
+            karpenter("FailedScheduling", KARPENTER_SKIPS_PINNED_POD, 0),
+            scheduler(PINNED_NODE_FULL, 1),
+        ],
+        PINNED,
+        2,
+        "fail",
+        "unschedulable-pinned",
+        (),
+        ("not enough free CPU",),
+        ("node pool", "matchFields"),
+    ),
+    (
+        "a_nomination_after_a_refusal_is_a_hint_and_keeps_waiting",
+        [
+            scheduler(CPU_FULL, 0),
+            karpenter("FailedScheduling", KARPENTER_CAPACITY_CAP, 1),
+            karpenter("Nominated", KARPENTER_NOMINATED, 2),
+        ],
+        {},
+        3,
+        "wait",
+        None,
+        (),
+        ("Waiting for a new node",),
+        (),
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    "test_variation_id, events, options, now, expect_action, expect_reason, expect_causes, "
+    "expect_words, expect_absent",
+    KARPENTER_VERDICTS,
+    ids=[row[0] for row in KARPENTER_VERDICTS],
+)
+def test_karpenter_reasons_are_each_understood(
+    test_variation_id,
+    events,
+    options,
+    now,
+    expect_action,
+    expect_reason,
+    expect_causes,
+    expect_words,
+    expect_absent,
+):
+    verdict = classify(
+        events,
+        pinned_node=options.get("pinned_node"),
+        now=T0 + timedelta(seconds=now),
+        **{k: v for k, v in options.items() if k != "pinned_node"},
+    )
+    assert (verdict.action, verdict.reason) == (expect_action, expect_reason)
+    assert verdict.causes == expect_causes
+    for words in expect_words:
+        assert words in verdict.user_message
+    for words in expect_absent:
+        assert words not in verdict.user_message
+
+
+def test_karpenter_reasons_split_one_per_nodepool():
+    assert karpenter_reasons(KARPENTER_CAPACITY_CAP) == [
+        ("taint", "did not tolerate taint (taint=nvidia.com/gpu=true:NoSchedule)"),
+        ("colocation", KARPENTER_CAPACITY_CAP.split("; ", 1)[1]),
+    ]
+    assert karpenter_reasons(KARPENTER_ONE_POOL_NOT_UNDERSTOOD)[1] == (
+        None,
+        'nodepool "cpu" not ready',
+    )
+    assert karpenter_reasons(CPU_FULL) is None
