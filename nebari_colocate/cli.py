@@ -122,6 +122,7 @@ def build_parser() -> argparse.ArgumentParser:
         "claims left in a ReadWriteMany deployment, and exclusive claims in use on two nodes.",
     )
     _live_options(aud, mode_default=None)
+    _add_migrate(sub)
     return parser
 
 
@@ -517,6 +518,218 @@ async def _live(args) -> int:
     return 0
 
 
+# --------------------------------------------------------------------------------------------------
+# migrate (the move itself is nebari_colocate.migrate; docs/migrate.md)
+
+
+def _add_migrate(sub) -> None:
+    mig = sub.add_parser(
+        "migrate",
+        help="move home claims from ReadWriteOnce to ReadWriteMany storage, resumably",
+        description="Move users' home claims to ReadWriteMany storage: a verified copy, then "
+        "claim-{username} rebound to the new volume; the old volume is kept. See docs/migrate.md.",
+    )
+    actions = mig.add_subparsers(dest="migrate_command", required=True, parser_class=_Parser)
+    plan = actions.add_parser(
+        "plan",
+        help="per user: the claim, its mode, size, class, running servers and what apply would do",
+    )
+    apply = actions.add_parser(
+        "apply",
+        help="move the homes of USERS (or --all whose servers "
+        "are stopped); resumes an interrupted move",
+    )
+    status = actions.add_parser("status", help="where each user's move stands")
+    back = actions.add_parser("rollback", help="put a user's home back on its old volume")
+    for parser, users_help in (
+        (plan, "users or claims to show (default: every home claim)"),
+        (apply, "users or claim names to move"),
+        (status, "users or claims to show (default: every move recorded)"),
+        (back, "users or claim names to roll back"),
+    ):
+        parser.add_argument("users", nargs="*", metavar="USER", help=users_help)
+        parser.add_argument(
+            "--namespace",
+            "-n",
+            metavar="NS",
+            help="the hub's namespace (default: the kubeconfig context's namespace, else default)",
+        )
+        parser.add_argument("--kubeconfig", metavar="PATH", help="kubeconfig file")
+        parser.add_argument("--context", metavar="NAME", help="kubeconfig context to use")
+        parser.add_argument(
+            "--claim-prefix",
+            default="claim-",
+            metavar="PREFIX",
+            help="home claims are named PREFIX{username} (default: claim-)",
+        )
+        parser.add_argument("--json", action="store_true", help="print one JSON object")
+    for parser in (plan, apply):
+        parser.add_argument(
+            "--storage-class",
+            metavar="NAME",
+            help="the ReadWriteMany class to move to (default: the hub's custom.storage-class)",
+        )
+    apply.add_argument(
+        "--all", action="store_true", help="every home claim whose servers are stopped"
+    )
+    apply.add_argument(
+        "--concurrency",
+        type=_positive_int,
+        default=4,
+        metavar="N",
+        help="moves at a time (default: 4)",
+    )
+    apply.add_argument(
+        "--dry-run", action="store_true", help="say what would be done, change nothing"
+    )
+    apply.add_argument(
+        "--image",
+        default=None,
+        metavar="IMAGE",
+        help="image of the copy pod; it needs python3 (default: python:3.12-slim)",
+    )
+    apply.add_argument(
+        "--copy-timeout",
+        type=float,
+        default=3600.0,
+        metavar="SECONDS",
+        help="the most one copy may take (default: 3600)",
+    )
+
+
+def _positive_int(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        number = 0
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"invalid count {value!r}: use a whole number >= 1")
+    return number
+
+
+async def _migrate(args) -> int:
+    import aiohttp
+
+    from . import migrate
+
+    if args.migrate_command == "apply" and not args.users and not args.all:
+        raise UsageError("migrate apply: name the users to move, or pass --all")
+    if args.migrate_command == "apply" and args.users and args.all:
+        raise UsageError("migrate apply: name users or pass --all, not both")
+    if args.migrate_command == "rollback" and not args.users:
+        raise UsageError("migrate rollback: name the users to roll back")
+    conn = await connect(args.kubeconfig, args.context)
+    namespace = args.namespace or conn.namespace or "default"
+    storage_class = getattr(args, "storage_class", None) or migrate.hub_storage_class()
+    mover = migrate.Mover(
+        conn.api_client,
+        namespace,
+        storage_class=storage_class,
+        image=getattr(args, "image", None) or migrate.DEFAULT_IMAGE,
+        claim_prefix=args.claim_prefix,
+        copy_timeout=getattr(args, "copy_timeout", 3600.0),
+    )
+    try:
+        result, status = await _migrate_run(mover, args, namespace, storage_class)
+    except migrate.MigrateError as exc:
+        raise ClusterError(str(exc)) from None
+    except (aiohttp.ClientError, OSError) as exc:
+        raise ClusterError(
+            f"cannot reach the Kubernetes API at {conn.server} ({conn.source}): {_one_line(exc)}"
+        ) from None
+    except Exception as exc:
+        if getattr(exc, "status", None) is not None:
+            raise _api_error(exc, f"migrate {args.migrate_command}", MIGRATE_RBAC_HINT) from None
+        raise
+    finally:
+        await conn.api_client.close()
+    if args.json:
+        print(json.dumps(result))
+    elif args.migrate_command == "plan":
+        print(messages.render_migrate_plan(result))
+    elif args.migrate_command == "status":
+        print(messages.render_migrate_status(result))
+    else:
+        print(messages.render_migrate_results(result["results"], result.get("dry_run", False)))
+    return status
+
+
+MIGRATE_RBAC_HINT = (
+    "docs/migrate.md lists the permissions migrate needs (examples/rbac-migrate.yaml)"
+)
+
+
+async def _migrate_run(mover, args, namespace: str, storage_class) -> tuple[dict, int]:
+    from . import migrate
+
+    command = args.migrate_command
+    claims = await mover.resolve(args.users) if args.users else None
+    if command == "plan":
+        notes = []
+        if storage_class:
+            try:
+                notes = await mover.check_storage_class()
+            except migrate.MigrateError as exc:
+                notes = [f"cannot move to it: {exc}"]
+        homes = await mover.homes()
+        rows = [
+            migrate.plan_row(h, storage_class) for h in homes if claims is None or h.claim in claims
+        ]
+        return {
+            "namespace": namespace,
+            "storage_class": storage_class,
+            "homes": rows,
+            "notes": notes,
+        }, 0
+    if command == "status":
+        return {"namespace": namespace, "moves": await mover.status(claims)}, 0
+    if command == "rollback":
+        results = [await mover.rollback(c) for c in claims]
+        bad = any(r["outcome"] not in ("rolled-back", "nothing-to-roll-back") for r in results)
+        return {"namespace": namespace, "results": results}, 1 if bad else 0
+    # apply
+    homes = {h.claim: h for h in await mover.homes()}
+    if claims is None:
+        claims = [
+            c
+            for c, h in sorted(homes.items())
+            if migrate.plan_row(h, storage_class)["action"]
+            in (migrate.MOVE, migrate.RESUME, migrate.RETRY)
+        ]
+    notes = []
+    fresh = [
+        c
+        for c in claims
+        if migrate.plan_row(homes[c], storage_class)["action"] in (migrate.MOVE, migrate.RETRY)
+    ]
+    if fresh:  # a move that is done or under way keeps the class it started with
+        notes = await mover.check_storage_class()
+    if args.dry_run:
+        results = []
+        for claim in claims:
+            row = migrate.plan_row(homes[claim], storage_class)
+            results.append(
+                {
+                    **row,
+                    "outcome": "would-move" if migrate.movable(row) else "skipped",
+                    "reason": row["action"],
+                    "plan": messages.migrate_action(row),
+                }
+            )
+        return {"namespace": namespace, "dry_run": True, "results": results, "notes": notes}, 0
+    results = await migrate.apply_many(mover, claims, args.concurrency)
+    # A named home that could not move (its servers run, it is not bound) is a stop; one that
+    # is already ReadWriteMany is not.
+    bad = any(
+        r["outcome"] not in ("done", "already-done", "skipped")
+        or (r["outcome"] == "skipped" and r.get("reason") != migrate.SKIP_RWX)
+        for r in results
+    )
+    return {"namespace": namespace, "dry_run": False, "results": results, "notes": notes}, (
+        1 if bad else 0
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -525,6 +738,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return simulate(args)
         if args.command in ("explain", "audit"):
             return asyncio.run(_live(args))
+        if args.command == "migrate":
+            return asyncio.run(_migrate(args))
     except (StateError, UsageError, ClusterError) as exc:
         print(f"nebari-colocate: {exc}", file=sys.stderr)
         return 2

@@ -178,6 +178,12 @@ def reason_sentences(decision: Decision, pod: Mapping) -> list[str]:
                 f"your volume is still in use on node {node}, which no longer exists (it may "
                 "still be attached to that node)"
             )
+        elif code == "home-being-moved":
+            since = _clock(decision.moving_since)
+            sentences.append(
+                "your home folder is being moved to new storage by an administrator"
+                + (f" (since {since})" if since else "")
+            )
         elif code == "premium-node":
             sentences.append(
                 f"{where_()} is a GPU node and this server needs no GPU; starting it there "
@@ -198,9 +204,26 @@ def subject(server_name: str, display_names: Mapping[str, str] | None = None) ->
     return "Your default server" if label == "your default server" else f"Your server {label}"
 
 
+def _clock(timestamp: str | None) -> str:
+    """``2026-12-01T09:12:00Z`` -> ``09:12 UTC``; anything else as it is."""
+    if not timestamp:
+        return ""
+    _, _, time = timestamp.partition("T")
+    return f"{time[:5]} UTC" if len(time) >= 5 and time[2] == ":" else timestamp
+
+
+#: what a user is told while their home is moved (a move takes minutes for most homes)
+HOME_MOVE_ADVICE = (
+    "Your files are kept safe meanwhile. Try again in a few minutes; if it still cannot start "
+    "after an hour, contact your administrator."
+)
+
+
 def _advice(
     decision: Decision, holders: list[str], has_profiles: bool = True, own_pods: int = 0
 ) -> str:
+    if "home-being-moved" in decision.reasons:
+        return HOME_MOVE_ADVICE
     if "split-attachment" in decision.reasons:
         return "Please contact your administrator."
     if "node-not-found" in decision.reasons:
@@ -442,3 +465,150 @@ def scale_up_text(*, gpu: bool) -> str:
     if gpu:
         return "Waiting for a node with a free GPU: the cluster autoscaler is adding one"
     return "Waiting for a new node: the cluster autoscaler is adding one"
+
+
+# --------------------------------------------------------------------------------------------------
+# nebari-colocate migrate: what the operator reads (the codes come from migrate.py)
+
+MIGRATE_ACTIONS = {
+    "move": "move: copy to a new ReadWriteMany claim in class {target}, verify, rebind {claim}",
+    "resume": "resume: the move stopped at step {step}; apply continues it",
+    "retry": "retry: the last copy failed ({problem}); apply copies again",
+    "servers-running": "wait: stop {running} first",
+    "already-rwx": "nothing to do: already ReadWriteMany",
+    "not-bound": "cannot move: the claim is not bound to a volume",
+    "no-volume": "cannot move: the claim and its volume are gone",
+    "done": "done: on volume {new_volume}; the old volume {volume} is retained",
+}
+
+MIGRATE_OUTCOMES = {
+    "done": "moved to volume {new_volume}",
+    "already-done": "already moved (volume {new_volume}); nothing done",
+    "blocked": "stopped: {running} running; the old claim stays in use, apply again later",
+    "failed": "stopped: the copy did not verify ({problems}); the old claim stays in place, in use",
+    "skipped": "skipped: {reason}",
+    "error": "error: {reason}",
+    "rolled-back": "rolled back: {claim} is on volume {old_volume} again",
+    "nothing-to-roll-back": "nothing to roll back: no move of {claim} is recorded",
+    "would-move": "would move: {plan}",
+}
+
+
+def _fill(template: str, row: Mapping) -> str:
+    values = {k: ("-" if v is None else v) for k, v in row.items()}
+    for key in ("running", "problems"):
+        if isinstance(values.get(key), list):
+            values[key] = _join([str(v) for v in values[key]]) or "-"
+    values.setdefault("target", row.get("target_storage_class") or "-")
+    try:
+        return template.format_map(values)
+    except (KeyError, IndexError, ValueError):
+        return template
+
+
+#: what ``audit`` points to for ReadWriteOnce homes left in a ReadWriteMany deployment
+MIGRATE_PLAN_COMMAND = "nebari-colocate migrate plan"
+
+
+def migrate_plan_hint() -> str:
+    return (
+        f"They keep their servers on one node. To move them to ReadWriteMany storage, see "
+        f"{MIGRATE_PLAN_COMMAND} (then migrate apply; docs/migrate.md)."
+    )
+
+
+def migrate_action(row: Mapping) -> str:
+    """The plan's words for one home."""
+    return _fill(MIGRATE_ACTIONS.get(row.get("action", ""), "{action}"), row)
+
+
+def migrate_outcome(result: Mapping) -> str:
+    if result.get("outcome") == "skipped" and result.get("reason") in MIGRATE_ACTIONS:
+        return "skipped: " + _fill(MIGRATE_ACTIONS[result["reason"]], result)
+    return _fill(MIGRATE_OUTCOMES.get(result.get("outcome", ""), "{outcome}"), result)
+
+
+def delete_old_volume_hint(volume: str) -> str:
+    """How an operator finishes a move once the user's data is confirmed on the new volume."""
+    return (
+        f"the old volume {volume} is kept (Retain); once the user confirms their files, delete "
+        f"it with: kubectl delete pv {volume}"
+    )
+
+
+def _table(headers, rows) -> list[str]:
+    cells = [[str(c) for c in row] for row in rows]
+    widths = [max([len(h), *(len(r[i]) for r in cells)]) for i, h in enumerate(headers)]
+    return [
+        "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
+        for row in [list(headers), *cells]
+    ]
+
+
+def render_migrate_plan(plan: Mapping) -> str:
+    rows = plan["homes"]
+    lines = [
+        f"Home claims in namespace {plan['namespace']} (target storage class "
+        f"{plan.get('storage_class') or '-'}): {len(rows)}"
+    ]
+    if rows:
+        lines += _table(
+            ("USER", "CLAIM", "MODES", "SIZE", "CLASS", "VOLUME", "RUNNING", "WHAT WOULD HAPPEN"),
+            (
+                (
+                    r["user"] or "-",
+                    r["claim"],
+                    ",".join(r["access_modes"]) or "-",
+                    r["size"] or "-",
+                    r["storage_class"] or "-",
+                    r["volume"] or "-",
+                    _join(r["running"]) or "-",
+                    migrate_action(r),
+                )
+                for r in rows
+            ),
+        )
+    lines += [f"note: {n}" for n in plan.get("notes") or []]
+    return "\n".join(lines)
+
+
+def render_migrate_results(results: list[Mapping], dry_run: bool = False) -> str:
+    lines = []
+    for r in results:
+        lines.append(f"{r.get('user') or '-'} ({r['claim']}): {migrate_outcome(r)}")
+        if r.get("outcome") in ("done", "already-done") and r.get("old_volume"):
+            lines.append(f"  {delete_old_volume_hint(r['old_volume'])}")
+        if r.get("outcome") == "rolled-back" and r.get("kept_volume"):
+            lines.append(
+                f"  volume {r['kept_volume']} (the moved copy, with any work since the move) is "
+                f"kept (Retain): delete it with: kubectl delete pv {r['kept_volume']}"
+            )
+    if dry_run:
+        lines.append("dry run: nothing was changed")
+    return "\n".join(lines) or "no home claims selected"
+
+
+def render_migrate_status(status: Mapping) -> str:
+    rows = status["moves"]
+    lines = [f"Moves in namespace {status['namespace']}: {len(rows)}"]
+    if rows:
+        lines += _table(
+            ("USER", "CLAIM", "STEP", "MODES", "OLD VOLUME", "NEW VOLUME", "COPY", "PROBLEM"),
+            (
+                (
+                    r["user"] or "-",
+                    r["claim"],
+                    r["step"] or "not started",
+                    ",".join(r["access_modes"]) or "(no claim)",
+                    r["old_volume"] or "-",
+                    r["new_volume"] or "-",
+                    (r["copy"] or {}).get("result") or r["copy_pod"] or "-",
+                    r["problem"] or "-",
+                )
+                for r in rows
+            ),
+        )
+    for r in rows:
+        if r["step"] == "done" and r["old_volume"]:
+            lines.append(f"{r['claim']}: {delete_old_volume_hint(r['old_volume'])}")
+    return "\n".join(lines)

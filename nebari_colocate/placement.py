@@ -29,9 +29,16 @@ REASON_CODES = (
     "split-attachment",
     "premium-node",
     "node-not-found",
+    "home-being-moved",
 )
 #: the pinned node does not exist any more (its holders or attachment outlived it)
 NODE_NOT_FOUND = "node-not-found"
+
+#: on a claim whose data ``nebari-colocate migrate`` is moving to other storage: no server may
+#: start with it until the move ends (value MOVING; the start time in MIGRATION_SINCE_ANNOTATION)
+MIGRATION_ANNOTATION = "nebari.dev/migration"
+MIGRATION_SINCE_ANNOTATION = "nebari.dev/migration-started"
+MOVING = "moving"
 
 
 @dataclass(frozen=True)
@@ -63,6 +70,8 @@ class Decision:
     verified: bool = True
     #: why the decision took the safe side or is unverified (operator log)
     notes: list[str] = field(default_factory=list)
+    #: for home-being-moved: when the move started (ISO 8601, UTC), if recorded
+    moving_since: str | None = None
 
     @property
     def holders(self) -> list[str]:
@@ -133,6 +142,10 @@ def mounts_read_only(pod: Mapping, claim: str) -> bool:
     return bool(volumes) and all(v.get("readOnly") is True for v in volumes)
 
 
+def _moving(pvc: Mapping | None) -> bool:
+    return (_meta(pvc or {}).get("annotations") or {}).get(MIGRATION_ANNOTATION) == MOVING
+
+
 def holds_volume(pod: Mapping) -> bool:
     """Bound and not finished: terminating pods still hold the volume."""
     return bool(_spec(pod).get("nodeName")) and not fit.is_terminal(pod)
@@ -157,8 +170,17 @@ def decide(pod: Mapping, state: ClusterState, policy: Policy) -> Decision:
     namespace = _meta(pod).get("namespace") or state.namespace
     own_name = _meta(pod).get("name")
 
-    # 1. Claims: only exclusive claims constrain placement.
     all_claims = pod_claims(pod)
+
+    # 0. A home being moved to other storage (nebari-colocate migrate): nothing starts on it.
+    moving = [c for c in all_claims if _moving(state.pvc(namespace, c))]
+    if moving:
+        since = (_meta(state.pvc(namespace, moving[0])).get("annotations") or {}).get(
+            MIGRATION_SINCE_ANNOTATION
+        )
+        return Decision(REFUSE, reasons=["home-being-moved"], claims=moving, moving_since=since)
+
+    # 1. Claims: only exclusive claims constrain placement.
     modes = {c: claim_modes(state.pvc(namespace, c), policy) for c in all_claims}
     exclusive = [
         c

@@ -613,6 +613,7 @@ def audit_report(snapshot: ClusterState, policy: Policy, *, deployment_mode_give
         "pinned_users": pinned_users,
         "stranded_pods": stranded,
         "rwo_claims": rwo_claims,
+        "rwo_claims_next": messages.MIGRATE_PLAN_COMMAND if rwo_claims else None,
         "split_attachments": splits,
         "notes": list(snapshot.notes),
     }
@@ -733,6 +734,7 @@ def render_audit(report: Mapping) -> str:
                     for c in rwo
                 ),
             )
+            lines.append(f"  {messages.migrate_plan_hint()}")
     lines.append("")
 
     splits = report["split_attachments"]

@@ -394,7 +394,10 @@ def test_audit_lists_rwo_user_claims_only_when_told_the_deployment_is_readwritem
     ]
     assert audit(*objects)["rwo_claims"] is None
     assert audit(*objects, mode="ReadWriteOnce")["rwo_claims"] is None
-    (claim,) = audit(*objects, mode="ReadWriteMany")["rwo_claims"]
+    result = audit(*objects, mode="ReadWriteMany")
+    assert result["rwo_claims_next"] == "nebari-colocate migrate plan"
+    assert "nebari-colocate migrate plan" in report.render_audit(result)
+    (claim,) = result["rwo_claims"]
     assert claim == {
         "claim": "claim-alice",
         "users": ["alice"],
