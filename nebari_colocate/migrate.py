@@ -41,7 +41,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from .placement import MIGRATION_ANNOTATION, MIGRATION_SINCE_ANNOTATION, MOVING, RWO, RWX
-from .view import read_json
+from .view import ApiError, read_json
 
 USERNAME_ANNOTATION = "hub.jupyter.org/username"
 
@@ -503,7 +503,7 @@ class Mover:
 
         try:
             return await read_json(call, *args)
-        except ApiException as exc:
+        except (ApiException, ApiError) as exc:
             if exc.status == 404:
                 return None
             raise
@@ -554,7 +554,7 @@ class Mover:
                 self.namespace,
                 body={"preconditions": {"uid": uid}},
             )
-        except ApiException as exc:
+        except (ApiException, ApiError) as exc:
             if exc.status not in (404, 409):  # gone, or a newer claim under the name
                 raise
         await self._wait(
@@ -568,7 +568,7 @@ class Mover:
             await read_json(
                 self.core.delete_namespaced_pod, name, self.namespace, grace_period_seconds=0
             )
-        except ApiException as exc:
+        except (ApiException, ApiError) as exc:
             if exc.status != 404:
                 raise
         await self._wait(
@@ -689,7 +689,7 @@ class Mover:
             )
         try:
             sc = await self._get(self.storage.read_storage_class, name)
-        except ApiException as exc:
+        except (ApiException, ApiError) as exc:
             if exc.status in (401, 403):
                 return [f"cannot read storage class {name} ({exc.status}): not checked"]
             raise
@@ -913,7 +913,7 @@ class Mover:
 
         try:
             listing = await read_json(self.storage.list_volume_attachment)
-        except ApiException as exc:
+        except (ApiException, ApiError) as exc:
             if exc.status in (401, 403):
                 return None
             raise
