@@ -143,6 +143,36 @@ class Hub:
         outcome.seconds = time.monotonic() - started
         return outcome
 
+    async def wait_until_pods_run(self, node: str, timeout: float = 120.0) -> None:
+        """A throwaway pod pinned to ``node`` goes Running, then is deleted: proof that the
+        scheduler and kwok are back on their watches after a restart. client-go's reflectors back
+        off up to 30 s before they watch again, so a test that restarts etcd or the apiserver
+        waits for this before it ends, and the next test does not meet half-reconnected
+        components."""
+        name = f"probe-{secrets.token_hex(4)}"
+        body = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name},
+            "spec": {
+                "nodeSelector": {"kubernetes.io/hostname": node},
+                "containers": [{"name": "probe", "image": "probe"}],
+                "terminationGracePeriodSeconds": 0,
+            },
+        }
+        await self.core.create_namespaced_pod(self.namespace, body)
+        deadline = time.monotonic() + timeout
+        try:
+            while time.monotonic() < deadline:
+                pod = await self.core.read_namespaced_pod(name, self.namespace)
+                if pod.status.phase == "Running":
+                    return
+                await asyncio.sleep(0.5)
+            raise AssertionError(f"no pod ran on {node} within {timeout} s of the restart")
+        finally:
+            with contextlib.suppress(Exception):
+                await self.core.delete_namespaced_pod(name, self.namespace, grace_period_seconds=0)
+
     async def pods(self) -> dict[str, dict]:
         listing = await self.core.list_namespaced_pod(self.namespace)
         return {

@@ -150,6 +150,7 @@ async def test_a_restart_mid_spawn_ends_started_or_in_words(hub, component, down
         outcome = await hub.spawn(lab)
         assert outcome.started, outcome.error
         assert await pinned_node(hub, lab) == node
+    await hub.wait_until_pods_run(node)
 
 
 # --------------------------------------------------------------------------------------------------
