@@ -75,7 +75,7 @@ async def assert_stock_split(kube, spawners, lab, app) -> tuple[str, str]:
     )
     print(f"real event on {app.pod_name}: {message}")
     # Stock KubeSpawner has nothing to end the spawn with: it waits out start_timeout.
-    with pytest.raises(TimeoutError):
+    with pytest.raises(asyncio.TimeoutError):  # not builtin TimeoutError on Python 3.10
         await start
     [va] = await kube.volume_attachments(home_pv(kube))
     assert (va["spec"]["nodeName"], va["status"]["attached"]) == (lab_node, True)

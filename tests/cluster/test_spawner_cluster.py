@@ -76,7 +76,7 @@ async def test_stock_kubespawner_can_bind_one_users_rwo_servers_to_two_nodes(kub
     await spawners.start(lab)
     # Bound to node-b, it never runs: the attach/detach controller keeps the volume on node-a
     # (test_real_attach.py shows its event); stock KubeSpawner waits out start_timeout.
-    with pytest.raises(TimeoutError):
+    with pytest.raises(asyncio.TimeoutError):  # not builtin TimeoutError on Python 3.10
         await spawners.start(app)
     assert (await pod_of(kube, lab))["spec"]["nodeName"] == "node-a"
     assert (await pod_of(kube, app))["spec"]["nodeName"] == "node-b"
