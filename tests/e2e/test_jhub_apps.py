@@ -19,6 +19,7 @@ test-artifacts/e2e/jupyterhub-<version>/jhub-apps-<version>-*.png.
 
 from __future__ import annotations
 
+import asyncio
 import re
 from importlib.metadata import PackageNotFoundError, version
 
@@ -108,6 +109,18 @@ async def test_create_app_refused_shows_the_reason(kube, start_hub, browser_page
     assert page.dialogs == [] and blocked_besides_fonts(page) == []
 
 
+async def _wait_for_detach(kube, node: str, timeout: float = 60.0) -> None:
+    from kubernetes_asyncio import client as k8s
+
+    storage = k8s.StorageV1Api(kube.api_client)
+    deadline = asyncio.get_running_loop().time() + timeout
+    while asyncio.get_running_loop().time() < deadline:
+        attachments = (await storage.list_volume_attachment()).items
+        if not any(va.spec.node_name == node for va in attachments):
+            return
+        await asyncio.sleep(0.5)
+
+
 async def test_start_on_the_home_page_refused_shows_the_reason(
     kube, start_hub, browser_page, artifacts
 ):
@@ -118,6 +131,9 @@ async def test_start_on_the_home_page_refused_shows_the_reason(
         "alice", "gpu-dashboard", app_options("gpu-dashboard", "GPU Dashboard", "gpu")
     )
     await hub.stop_server("alice", "gpu-dashboard")
+    # The real attach/detach controller detaches the home from gpu-1 a moment after the app
+    # stops; until then the lab is rightly refused (pinned by the attachment). Wait it out.
+    await _wait_for_detach(kube, "gpu-1")
     await hub.start_server("alice", "", {"profile": "cpu"})
 
     await open_jhub_apps(page, hub, "alice")
