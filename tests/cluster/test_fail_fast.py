@@ -2,9 +2,9 @@
 
 The scheduler's FailedScheduling comes from the real kube-scheduler, the attach/detach
 controller's FailedAttachVolume from the real kube-controller-manager (test_real_attach.py). Events
-of components that do not run here (cluster-autoscaler, a kubelet pulling images) are created
-through the API in their real formats, as those components would write them. Karpenter runs for
-real in test_karpenter.py.
+of a kubelet pulling images (no kubelet runs here) are created through the API in their real
+format. Autoscaler verdicts are tested on the real Karpenter (test_karpenter.py); the
+cluster-autoscaler's texts only in the classifier's unit tables (tests/unit/test_events.py).
 """
 
 from __future__ import annotations
@@ -18,8 +18,6 @@ import pytest
 from kube.helpers import HOLD  # kwok leaves a bound pod with it Pending
 
 from nebari_colocate.spawner import ColocationRefused
-
-from .test_spawner_cluster import metric
 
 
 def _now() -> str:
@@ -96,80 +94,6 @@ async def test_pinned_pod_made_unschedulable_after_the_decision_fails_on_the_sch
     assert refused.value.status_code < 500
     await assert_pod_gone(kube, app.pod_name)
     print(f"pinned+cordoned: verdict {elapsed:.2f}s after the spawn request")
-
-
-@pytest.mark.parametrize(
-    "test_variation_id, reason, message, component, type_",
-    [
-        (
-            "cluster-autoscaler-says-no",
-            "NotTriggerScaleUp",
-            "pod didn't trigger scale-up: 2 node(s) didn't match Pod's node affinity/selector, "
-            "1 max node group size reached",
-            "cluster-autoscaler",
-            "Normal",
-        ),
-    ],
-)
-async def test_an_autoscaler_that_cannot_add_a_node_ends_the_spawn(
-    kube, spawners, test_variation_id, reason, message, component, type_
-):
-    await kube.create_node("cpu-1", labels={"node-type": "cpu"})
-    await kube.create_bound_claim("claim-alice")
-    lab = spawners.make("alice", node_selector={"node-type": "gpu"}, unschedulable_grace_seconds=0)
-    start = asyncio.ensure_future(spawners.start(lab))
-    await kube.wait_for_failed_scheduling(lab.pod_name)
-    emitted = time.perf_counter()
-    await emit_event(kube, lab.pod_name, reason, message, component=component, type_=type_)
-    with pytest.raises(ColocationRefused) as refused:
-        await start
-    after_event = time.perf_counter() - emitted
-    assert refused.value.event_verdict.reason == "no-scale-up"
-    assert metric("nebari_colocate_event_verdicts_total", reason="no-scale-up") >= 1
-    assert refused.value.event_verdict.raw == message
-    await assert_pod_gone(kube, lab.pod_name)
-    print(f"{test_variation_id}: verdict {after_event:.2f}s after the deciding event")
-
-
-async def test_a_scale_up_in_progress_keeps_the_spawn_waiting_until_the_node_arrives(
-    kube, spawners
-):
-    await kube.create_node("cpu-1", labels={"node-type": "cpu"})
-    await kube.create_bound_claim("claim-alice")
-    lab = spawners.make(
-        "alice",
-        node_selector={"node-type": "gpu"},
-        extra_resource_limits={"nvidia.com/gpu": "1"},
-        unschedulable_grace_seconds=2,
-    )
-    start = asyncio.ensure_future(spawners.start(lab))
-    progress_messages: list[str] = []
-
-    async def follow_progress():
-        await asyncio.sleep(0.5)  # JupyterHub asks for progress once the spawn is pending
-        async for event in lab.progress():
-            progress_messages.append(event.get("message", ""))
-
-    follower = asyncio.ensure_future(follow_progress())
-    await kube.wait_for_failed_scheduling(lab.pod_name)
-    await emit_event(
-        kube,
-        lab.pod_name,
-        "TriggeredScaleUp",
-        "pod triggered scale-up: [{gpu-pool 0->1 (max: 4)}]",
-        component="cluster-autoscaler",
-    )
-    await asyncio.sleep(4)  # past the 2 s grace: a scale-up in progress must keep it waiting
-    assert not start.done()
-    assert "autoscaler is adding one" in lab.classify_events().user_message
-    await kube.create_node("gpu-1", labels={"node-type": "gpu"}, extra={"nvidia.com/gpu": "1"})
-    await asyncio.wait_for(start, timeout=30)
-    await asyncio.wait_for(follower, timeout=10)  # progress() ends with the start
-    pod = await kube.core.read_namespaced_pod(lab.pod_name, kube.namespace)
-    assert pod.spec.node_name == "gpu-1"
-    assert "Waiting for a node with a free GPU: the cluster autoscaler is adding one" in (
-        progress_messages
-    )
 
 
 async def test_an_unschedulable_pod_with_no_autoscaler_fails_after_the_grace_period(kube, spawners):
