@@ -568,6 +568,17 @@ class ControlPlane:
         detail = f"; last probe error: {last_error!r}" if last_error else ""
         raise component.failure(f"not {what} within {self.timeout:.0f} s{detail}")
 
+    def _wait_healthz(self, component: _Component, port: int) -> None:
+        """Wait until a component serving on ``port`` (kube-scheduler, kube-controller-manager)
+        answers 200 on /healthz."""
+        ctx = self._ssl_context(client_cert=False)
+
+        def ready() -> bool:
+            status, _ = self._get(f"https://{HOST}:{port}/healthz", ctx)
+            return status == 200
+
+        self._wait(component, "healthy (/healthz)", ready)
+
     def _get(self, url: str, context: ssl.SSLContext | None = None) -> tuple[int, str]:
         try:
             with urllib.request.urlopen(url, timeout=2, context=context) as r:
@@ -669,13 +680,7 @@ class ControlPlane:
                     "--profiling=false",
                 ],
             )
-            ctx = self._ssl_context(client_cert=False)
-
-            def ready() -> bool:
-                status, _ = self._get(f"https://{HOST}:{port}/healthz", ctx)
-                return status == 200
-
-            self._wait(component, "healthy (/healthz)", ready)
+            self._wait_healthz(component, port)
             self.scheduler_url = f"https://{HOST}:{port}"
 
         self._retry_on_port_clash("scheduler", attempt)
@@ -713,13 +718,7 @@ class ControlPlane:
                     "--profiling=false",
                 ],
             )
-            ctx = self._ssl_context(client_cert=False)
-
-            def ready() -> bool:
-                status, _ = self._get(f"https://{HOST}:{port}/healthz", ctx)
-                return status == 200
-
-            self._wait(component, "healthy (/healthz)", ready)
+            self._wait_healthz(component, port)
 
         self._retry_on_port_clash("controller-manager", attempt)
         self.controller_manager_log = str(self._components["controller-manager"].log_path)
