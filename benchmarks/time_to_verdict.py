@@ -33,6 +33,7 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import _cluster
+from kube.spawning import legacy_affinity
 
 Z2JH_START_TIMEOUT = 300
 GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
@@ -42,18 +43,6 @@ GPU_PROFILE = {
     "tolerations": [GPU_TOLERATION],
     "extra_resource_limits": {"nvidia.com/gpu": "1"},
 }
-
-
-def legacy_affinity(username: str) -> dict:
-    """The hard pod affinity deployments put on every user pod today (DESIGN section 1)."""
-    return {
-        "pod_affinity_required": [
-            {
-                "labelSelector": {"matchLabels": {"hub.jupyter.org/username": username}},
-                "topologyKey": "kubernetes.io/hostname",
-            }
-        ]
-    }
 
 
 # Each mode: (nodes, the first server's traits, the second server's traits).
