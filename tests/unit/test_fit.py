@@ -10,10 +10,7 @@ from __future__ import annotations
 from decimal import Decimal
 
 import pytest
-
-from nebari_colocate import fit
-
-from .builders import (
+from builders import (
     container,
     expr,
     gpu_node,
@@ -28,6 +25,8 @@ from .builders import (
     term,
     toleration,
 )
+
+from nebari_colocate import fit
 
 GiB = 2**30
 MiB = 2**20

@@ -15,14 +15,14 @@ from pathlib import Path
 
 import pytest
 import yaml
+from builders import container, node, pod, pvc, running
+from builders import state as make_state
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from nebari_colocate import messages, state, validate
 from nebari_colocate.placement import REFUSE, Decision, Policy, decide
 
-from .builders import container, node, pod, pvc, running
-from .builders import state as make_state
 from .test_simulate_cli import run, write_yaml
 
 # --------------------------------------------------------------------------------------------------

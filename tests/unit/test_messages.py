@@ -5,11 +5,10 @@ from __future__ import annotations
 import re
 
 import pytest
+from builders import gpu_node, node, pod, pvc, state, taint, volume_attachment
 
 from nebari_colocate import messages
 from nebari_colocate.placement import Policy, decide
-
-from .builders import gpu_node, node, pod, pvc, state, taint, volume_attachment
 
 HOME = "claim-alice"
 CPU = {"nebari.dev/node-type": "cpu"}

@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
+from builders import NAMESPACE, pod, pvc, running, state
 
 from nebari_colocate import copy_home, messages, migrate
 from nebari_colocate.placement import (
@@ -18,8 +19,6 @@ from nebari_colocate.placement import (
     Policy,
     decide,
 )
-
-from .builders import NAMESPACE, pod, pvc, running, state
 
 
 def moving(claim: dict, value: str = "moving", since: str | None = "2026-12-01T09:12:30Z"):

@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 import pytest
-
-from nebari_colocate.placement import Policy, decide, safe_side
-
-from .builders import (
+from builders import (
     NAMESPACE,
     expr,
     gpu_node,
@@ -23,6 +20,8 @@ from .builders import (
     toleration,
     volume_attachment,
 )
+
+from nebari_colocate.placement import Policy, decide, safe_side
 
 RWO, RWX, ROX, RWOP = "ReadWriteOnce", "ReadWriteMany", "ReadOnlyMany", "ReadWriteOncePod"
 HOME = "claim-alice"

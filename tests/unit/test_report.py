@@ -7,12 +7,11 @@ import socket
 
 import pytest
 import yaml
+from builders import NAMESPACE, gpu_node, node, pod, pvc, running, state, volume_attachment
 
 from nebari_colocate import cli, report
 from nebari_colocate.placement import Policy, decide
 from nebari_colocate.state import ClusterState
-
-from .builders import NAMESPACE, gpu_node, node, pod, pvc, running, state, volume_attachment
 
 GPU = {"nvidia.com/gpu": "1"}
 GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}

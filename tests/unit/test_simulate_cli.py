@@ -9,10 +9,9 @@ from pathlib import Path
 
 import pytest
 import yaml
+from builders import node, pod, pvc
 
 from nebari_colocate import cli
-
-from .builders import node, pod, pvc
 
 SCENARIOS = Path(__file__).resolve().parents[2] / "examples" / "scenarios"
 ENTRY_POINT = Path(sys.executable).with_name("nebari-colocate")

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import pytest
+from builders import NAMESPACE, node, pod, pvc, running, state, volume_attachment
 
 from nebari_colocate.state import ClusterState
-
-from .builders import NAMESPACE, node, pod, pvc, running, state, volume_attachment
 
 HOME = "claim-alice"
 

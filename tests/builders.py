@@ -1,13 +1,20 @@
-"""Small builders for the camelCase dicts the Kubernetes API returns (Node, Pod, PVC, PV, VA).
+"""The one set of builders for the camelCase dicts the Kubernetes API returns (Node, Pod, PVC, PV,
+VolumeAttachment), for the unit, cluster, fault and end-to-end tests and the benchmarks.
 
-Only the fields a decision reads are filled in; everything else a test needs goes in by keyword.
+Only the fields a decision reads are filled in; everything else a test needs goes in by keyword
+(the idea of kube-scheduler's ``MakePod`` test wrapper, as keywords).  Standard library only and
+Python 3.10: the end-to-end legs import it in virtualenvs of their own.  ``tests/`` is on
+``sys.path`` for every suite (``tests/conftest.py``; ``benchmarks/_cluster.py`` for the
+benchmarks), so it imports as ``builders``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING
 
-from nebari_colocate.state import ClusterState
+if TYPE_CHECKING:
+    from nebari_colocate.state import ClusterState
 
 NAMESPACE = "dev"
 USERNAME_KEY = "hub.jupyter.org/username"
@@ -63,14 +70,20 @@ def toleration(
     return {k: v for k, v in fields.items() if v is not None}
 
 
+IMAGE = "quay.io/nebari/nebari-jupyterlab:2026.11.1"
+#: the image of pods created in the test control plane (kwok runs them; nothing pulls it)
+KUBE_IMAGE = "quay.io/jupyter/base-notebook:latest"
+
+
 def container(
     name: str = "notebook",
     *,
     requests: Mapping[str, object] | None = None,
     limits: Mapping[str, object] | None = None,
     restart_policy: str | None = None,
+    image: str = IMAGE,
 ) -> dict:
-    result: dict = {"name": name, "image": "quay.io/nebari/nebari-jupyterlab:2026.11.1"}
+    result: dict = {"name": name, "image": image}
     resources = {}
     if requests is not None:
         resources["requests"] = dict(requests)
@@ -109,9 +122,15 @@ def pod(
     deleting: bool = False,
     read_only: bool = False,
     labels: Mapping[str, str] | None = None,
+    annotations: Mapping[str, str] | None = None,
+    mount_claims: bool = False,
+    image: str = IMAGE,
+    spec_fields: Mapping | None = None,
 ) -> dict:
     """A Pod; ``user``/``server`` add the labels and annotations KubeSpawner writes;
-    ``read_only`` mounts every claim ``readOnly``; ``labels`` are added as given."""
+    ``read_only`` mounts every claim ``readOnly``; ``labels`` and ``annotations`` are added as
+    given; ``mount_claims`` mounts each claim in the first container at ``/mnt/<claim>`` (a pod
+    that runs); ``spec_fields`` are further spec fields, as given."""
     metadata: dict = {"name": name}
     if namespace is not None:
         metadata["namespace"] = namespace
@@ -121,10 +140,12 @@ def pod(
         metadata["annotations"] = dict(owner)
     if labels:
         metadata["labels"] = {**metadata.get("labels", {}), **labels}
+    if annotations:
+        metadata["annotations"] = {**metadata.get("annotations", {}), **annotations}
     if deleting:
         metadata["deletionTimestamp"] = "2026-01-01T00:00:00Z"
     if containers is None:
-        containers = [container(requests=requests, limits=limits)]
+        containers = [container(requests=requests, limits=limits, image=image)]
     spec: dict = {"containers": [dict(c) for c in containers]}
     if init_containers is not None:
         spec["initContainers"] = [dict(c) for c in init_containers]
@@ -140,6 +161,10 @@ def pod(
             }
             for i, c in enumerate(claims)
         ]
+        if mount_claims:
+            spec["containers"][0]["volumeMounts"] = [
+                {"name": f"v{i}", "mountPath": f"/mnt/{c}"} for i, c in enumerate(claims)
+            ]
     optional = {
         "nodeName": node_name,
         "nodeSelector": node_selector,
@@ -149,6 +174,7 @@ def pod(
         "resources": resources,
     }
     spec.update({k: (list(v) if k == "tolerations" else v) for k, v in optional.items() if v})
+    spec.update(spec_fields or {})
     result = {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
     if phase is not None:
         result["status"] = {"phase": phase}
@@ -242,4 +268,7 @@ def required_affinity(*terms: Mapping) -> dict:
 
 
 def state(*objects: Mapping, node_access: bool = True, namespace: str = NAMESPACE) -> ClusterState:
+    """The objects as the decision reads them (imported here: the rest is standard library)."""
+    from nebari_colocate.state import ClusterState
+
     return ClusterState.from_objects(objects, namespace=namespace, node_access=node_access)
