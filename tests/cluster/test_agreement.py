@@ -1,4 +1,4 @@
-"""decide against the real kube-scheduler on random scenarios (benchmarks/agreement.py, small N).
+"""decide against the real kube-scheduler on random scenarios (benchmarks.agreement, small N).
 
 The benchmark's generator builds each scenario in a control plane whose state stays as written
 (``frozen_control_plane``: no kwok, so phases stay as set, and no attach/detach controller, so the
@@ -15,11 +15,11 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
-if str(BENCHMARKS) not in sys.path:
-    sys.path.insert(0, str(BENCHMARKS))
+ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:  # `python -m pytest` from the root has it; the `pytest` script not
+    sys.path.insert(0, str(ROOT))
 
-import agreement  # noqa: E402
+from benchmarks import agreement  # noqa: E402
 
 SEED = 20261130
 COUNT = 30

@@ -1,0 +1,190 @@
+"""What the real kube-scheduler did with a scenario's pod, and whether ``decide`` predicted it.
+
+The scheduler's FailedScheduling message is read with the package's own parser
+(:func:`nebari_colocate.events.fit_error_fragments`, the one the spawner's fail-fast uses); this
+module only maps its fragments to our reason codes and kube-scheduler's filter plugins.
+Agreement is defined in ``benchmarks/README.md`` (section ``agreement``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from datetime import datetime, timezone
+
+from nebari_colocate import fit
+from nebari_colocate.events import fit_error_fragments, parse_time
+from nebari_colocate.placement import COLOCATE, REASON_CODES, REFUSE, Decision, pod_claims
+from nebari_colocate.state import ClusterState
+from nebari_colocate.view import read_json
+
+# kube-scheduler 1.37's filter plugins in the order it runs them
+# (pkg/scheduler/apis/config/v1/default_plugins.go), with the reason codes of ours each stands for
+# ("insufficient:<resource>" is every code with that prefix).  split-attachment, premium-node,
+# node-not-found and home-being-moved are not scheduler facts: no plugin.
+FILTER_ORDER = (
+    "NodeUnschedulable",
+    "TaintToleration",
+    "NodeAffinity",
+    "NodeResourcesFit",
+    "VolumeRestrictions",
+    "VolumeBinding",
+)
+PLUGIN_CODES = {
+    "NodeUnschedulable": ("node-unschedulable",),
+    "TaintToleration": ("taint",),
+    "NodeAffinity": ("node-selector",),
+    "NodeResourcesFit": ("too-many-pods", "insufficient:<resource>"),
+    "VolumeRestrictions": ("claim-in-use",),
+    "VolumeBinding": ("volume-node-affinity",),
+}
+assert {c for codes in PLUGIN_CODES.values() for c in codes} <= set(REASON_CODES)
+INSUFFICIENT = "insufficient:"
+
+# The scheduler's per-node fragments (without their counts) -> our reason code.
+FRAGMENTS = {
+    "node(s) were unschedulable": "node-unschedulable",
+    "node(s) had untolerated taint(s)": "taint",
+    "node(s) didn't match Pod's node affinity/selector": "node-selector",
+    "Too many pods": "too-many-pods",
+    "node(s) unavailable due to PersistentVolumeClaim with ReadWriteOncePod access mode "
+    "already in-use by another pod": "claim-in-use",
+    "node(s) didn't match PersistentVolume's node affinity": "volume-node-affinity",
+}
+# PreFilter rejections: every node gets the same status, no per-node histogram.
+PREFILTER_FRAGMENTS = {"pod affinity terms conflict": "node-selector"}
+# The fragment of every node but the one the pod is pinned to.
+EXCLUDED_BY_PIN = "node(s) didn't satisfy plugin(s) [NodeAffinity]"
+
+
+def plugin_of(code: str) -> str | None:
+    """The filter plugin that reports reason ``code``; None for codes the scheduler lacks."""
+    key = INSUFFICIENT + "<resource>" if code.startswith(INSUFFICIENT) else code
+    return next((plugin for plugin, codes in PLUGIN_CODES.items() if key in codes), None)
+
+
+def fragment_code(fragment: str) -> str | None:
+    if fragment.startswith("Insufficient "):
+        return INSUFFICIENT + fragment[len("Insufficient ") :]
+    return FRAGMENTS.get(fragment)
+
+
+def parse_failed_scheduling(message: str) -> tuple[str | None, dict[str, int]]:
+    """(PreFilter message or None, {fragment: node count}) of a FailedScheduling message."""
+    pairs = fit_error_fragments(message.strip())
+    if pairs is None:
+        return message, {}
+    if not pairs or any(count is None for count, _ in pairs):
+        return ", ".join(fragment for _, fragment in pairs), {}
+    histogram: dict[str, int] = {}
+    for count, fragment in pairs:
+        histogram[fragment] = histogram.get(fragment, 0) + (count or 0)
+    return None, histogram
+
+
+def judge_refusal(expected: list[str], message: str) -> tuple[bool, str]:
+    """Does the scheduler's reason for the pinned node match our reasons, given filter order?"""
+    prefilter, histogram = parse_failed_scheduling(message)
+    if prefilter is not None:
+        code = PREFILTER_FRAGMENTS.get(prefilter)
+        if code is None:
+            return False, f"PreFilter rejection not modelled: {prefilter!r}"
+        if code not in expected:
+            return False, f"PreFilter says {code} ({prefilter!r}), we say {expected}"
+        return True, f"PreFilter {code}"
+    node_reasons = {r: n for r, n in histogram.items() if r != EXCLUDED_BY_PIN}
+    codes = {fragment_code(r) for r in node_reasons}
+    if None in codes or not codes:
+        return False, f"scheduler reasons not modelled: {sorted(node_reasons)}"
+    if any(n != 1 for n in node_reasons.values()):
+        return False, f"more than the pinned node reported: {histogram}"
+    plugins = {plugin_of(c) for c in codes if c}
+    if len(plugins) != 1:
+        return False, f"reasons of several plugins for one node: {sorted(codes)}"
+    (plugin,) = plugins
+    ours = [plugin_of(c) for c in expected]
+    if None in ours:
+        return False, f"reason codes the scheduler does not have: {expected}"
+    first = min(ours, key=FILTER_ORDER.index)
+    if first != plugin:
+        return False, f"scheduler: {plugin} {sorted(codes)}; ours first: {first} {sorted(expected)}"
+    if plugin == "NodeResourcesFit":
+        resources = {c for c in expected if plugin_of(c) == "NodeResourcesFit"}
+        if resources != codes:
+            return False, f"scheduler resources {sorted(codes)} != ours {sorted(resources)}"
+    return True, f"{plugin} {sorted(codes)}"
+
+
+def _bound_pvs(pod: dict, state: ClusterState) -> list:
+    namespace = pod["metadata"]["namespace"]
+    return [pv for pv in (state.bound_pv(namespace, c) for c in pod_claims(pod)) if pv]
+
+
+def fit_nodes(pod: dict, state: ClusterState) -> set[str]:
+    """Nodes of the state where fit.check_fit admits the pod (the whole filter subset)."""
+    bound = _bound_pvs(pod, state)
+    return {
+        name
+        for name, node in (state.nodes or {}).items()
+        if fit.check_fit(pod, node, state.pods, bound).fits
+    }
+
+
+def expected_reasons(decision: Decision, pod: dict, state: ClusterState, node: str) -> list[str]:
+    """Our reason codes for the node a refused pod is pinned to.  ``claim-in-use`` is decided
+    before the fit (decide stops there), so the fit's own reasons are added for the order check."""
+    reasons = list(decision.reasons)
+    if "claim-in-use" in reasons and state.nodes and node in state.nodes:
+        bound = _bound_pvs(pod, state)
+        reasons += fit.check_fit(pod, state.nodes[node], state.pods, bound).reasons
+    return reasons
+
+
+def judge(
+    decision: Decision, pod: dict, state: ClusterState, pin: str | None, said: str, detail: str
+) -> tuple[bool, str]:
+    """(agree, why) for the scheduler's verdict ``said``/``detail`` (see :func:`first_verdict`)
+    on ``pod`` created with the affinity of ``decision`` (a refusal: pinned to ``pin``)."""
+    if decision.verdict == REFUSE:
+        if said != "failed":
+            return False, f"we refuse {sorted(decision.reasons)}; scheduler {said} {detail}"
+        return judge_refusal(expected_reasons(decision, pod, state, pin), detail)
+    if decision.verdict == COLOCATE and decision.node:
+        agree = said == "bound" and detail == decision.node
+        return agree, f"colocate on {decision.node}; scheduler {said} {detail}"
+    # colocate unpinned, skip: anywhere the filter subset admits it
+    admitted = fit_nodes(pod, state)
+    if admitted:
+        agree = said == "bound" and detail in admitted
+        return agree, f"{decision.verdict}: fits {sorted(admitted)}; scheduler {said} {detail}"
+    return said == "failed", f"{decision.verdict}: fits nowhere; scheduler {said} {detail}"
+
+
+_NEVER = datetime.min.replace(tzinfo=timezone.utc)
+
+
+def _first_seen(event: dict) -> tuple[datetime, int]:
+    when = parse_time(event.get("firstTimestamp")) or parse_time(event.get("eventTime"))
+    return when or _NEVER, int(event["metadata"].get("resourceVersion", "0"))
+
+
+async def first_verdict(api_client, namespace: str, name: str, timeout: float) -> tuple[str, str]:
+    """("bound", node) or ("failed", message): whichever the scheduler said first; ("timeout",
+    why) when it said neither in ``timeout`` seconds."""
+    from kubernetes_asyncio import client
+
+    core = client.CoreV1Api(api_client)
+    selector = f"involvedObject.name={name},reason=FailedScheduling"
+    deadline = time.monotonic() + timeout
+    while True:
+        pod = await read_json(core.read_namespaced_pod, name, namespace)
+        listing = await read_json(core.list_namespaced_event, namespace, field_selector=selector)
+        events = listing["items"]
+        if events:
+            return "failed", min(events, key=_first_seen).get("message") or ""
+        node = (pod.get("spec") or {}).get("nodeName")
+        if node:
+            return "bound", node
+        if time.monotonic() > deadline:
+            return "timeout", f"neither bound nor FailedScheduling after {timeout:.0f} s"
+        await asyncio.sleep(0.1)
