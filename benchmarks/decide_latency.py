@@ -29,7 +29,12 @@ import asyncio
 import os
 import random
 import statistics
+import sys
 import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))  # the test builders
+import builders
 
 from nebari_colocate.affinity import apply_decision
 from nebari_colocate.placement import Policy, decide
@@ -44,69 +49,42 @@ def build_objects(pods: int, nodes: int, rng: random.Random) -> list[dict]:
         if gpu:
             alloc["nvidia.com/gpu"] = "4"
         objects.append(
-            {
-                "kind": "Node",
-                "metadata": {
-                    "name": f"node-{i}",
-                    "labels": {
-                        "kubernetes.io/hostname": f"node-{i}",
-                        "node-type": "gpu" if gpu else "cpu",
-                    },
-                },
-                "spec": {"taints": [{"key": "gpu", "effect": "NoSchedule"}] if gpu else []},
-                "status": {"allocatable": alloc},
-            }
+            builders.node(
+                f"node-{i}",
+                labels={"node-type": "gpu" if gpu else "cpu"},
+                taints=[builders.taint("gpu")] if gpu else (),
+                allocatable=alloc,
+            )
         )
     users = max(1, pods // 4)
     for u in range(users):
-        objects.append(
-            {
-                "kind": "PersistentVolumeClaim",
-                "metadata": {"name": f"claim-user{u}", "namespace": "jhub"},
-                "spec": {"accessModes": ["ReadWriteOnce"], "volumeName": f"pv-{u}"},
-            }
-        )
+        objects.append(builders.pvc(f"claim-user{u}", namespace="jhub", volume=f"pv-{u}"))
     for i in range(pods):
         user = i % users
         namespace = "jhub" if i % 3 else f"other-{i % 7}"
         phase = rng.choice(["Running"] * 8 + ["Succeeded", "Failed"])
-        meta = {"name": f"pod-{i}", "namespace": namespace, "labels": {"app": "x"}}
-        if rng.random() < 0.02:
-            meta["deletionTimestamp"] = "2026-11-30T00:00:00Z"
         objects.append(
-            {
-                "kind": "Pod",
-                "metadata": meta,
-                "spec": {
-                    "nodeName": f"node-{(user * 7) % nodes}",
-                    "containers": [
-                        {"name": "c", "resources": {"requests": {"cpu": "100m", "memory": "256Mi"}}}
-                    ],
-                    "volumes": [
-                        {
-                            "name": "home",
-                            "persistentVolumeClaim": {"claimName": f"claim-user{user}"},
-                        }
-                    ],
-                },
-                "status": {"phase": phase},
-            }
+            builders.pod(
+                f"pod-{i}",
+                namespace=namespace,
+                labels={"app": "x"},
+                deleting=rng.random() < 0.02,
+                node_name=f"node-{(user * 7) % nodes}",
+                containers=[builders.container("c", requests={"cpu": "100m", "memory": "256Mi"})],
+                claims=[f"claim-user{user}"],
+                phase=phase,
+            )
         )
     return objects
 
 
 def new_pod(user: int) -> dict:
-    return {
-        "metadata": {"name": f"jupyter-user{user}--new", "namespace": "jhub"},
-        "spec": {
-            "containers": [
-                {"name": "notebook", "resources": {"requests": {"cpu": "1", "memory": "2Gi"}}}
-            ],
-            "volumes": [
-                {"name": "home", "persistentVolumeClaim": {"claimName": f"claim-user{user}"}}
-            ],
-        },
-    }
+    return builders.pod(
+        f"jupyter-user{user}--new",
+        namespace="jhub",
+        requests={"cpu": "1", "memory": "2Gi"},
+        claims=[f"claim-user{user}"],
+    )
 
 
 def percentiles(samples: list[float]) -> tuple[float, float]:
@@ -180,7 +158,7 @@ async def _load_cluster(cp, objects) -> None:
                 admin,
                 obj["metadata"]["name"],
                 labels=obj["metadata"]["labels"],
-                taints=obj["spec"]["taints"],
+                taints=obj["spec"].get("taints", []),
                 cpu="32",
                 memory="128Gi",
                 extra={k: v for k, v in obj["status"]["allocatable"].items() if "/" in k},

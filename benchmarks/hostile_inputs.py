@@ -37,6 +37,9 @@ from pathlib import Path
 
 import yaml
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))  # the test builders
+import builders
+
 from nebari_colocate import cli, events, messages, quantity
 from nebari_colocate.affinity import apply_decision
 from nebari_colocate.placement import REFUSE, Policy, decide
@@ -69,20 +72,27 @@ def _pod(
     namespace: str = NAMESPACE,
     user: str | None = None,
 ) -> dict:
+    """A running pod of ``n_containers`` containers, each requesting ``requests``; ``user``: the
+    username label and the annotations KubeSpawner writes."""
     containers = [
-        {"name": f"c{i}", "image": "x", "resources": {"requests": dict(requests or {})}}
+        builders.container(f"c{i}", image="x", requests=dict(requests or {}))
         for i in range(n_containers)
     ]
-    meta: dict = {"name": name, "namespace": namespace}
+    owner: dict = {}
     if user:
-        meta["labels"] = {"hub.jupyter.org/username": user}
-        meta["annotations"] = {"hub.jupyter.org/username": user, "hub.jupyter.org/servername": ""}
-    spec: dict = {"containers": containers}
-    if claims:
-        spec["volumes"] = [{"name": c, "persistentVolumeClaim": {"claimName": c}} for c in claims]
-    if node:
-        spec["nodeName"] = node
-    return {"kind": "Pod", "metadata": meta, "spec": spec, "status": {"phase": "Running"}}
+        owner = {
+            "labels": {"hub.jupyter.org/username": user},
+            "annotations": {"hub.jupyter.org/username": user, "hub.jupyter.org/servername": ""},
+        }
+    return builders.pod(
+        name,
+        namespace=namespace,
+        node_name=node,
+        phase="Running",
+        containers=containers,
+        claims=claims,
+        **owner,
+    )
 
 
 def _base_objects() -> list[dict]:

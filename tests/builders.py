@@ -186,6 +186,21 @@ def running(name: str, node_name: str, **kwargs) -> dict:
     return pod(name, node_name=node_name, phase="Running", **kwargs)
 
 
+#: spec fields of every pod a test creates in the control plane: no service account token (the
+#: test control plane runs no token controller) and deleted at once
+KUBE_POD_FIELDS = {"automountServiceAccountToken": False, "terminationGracePeriodSeconds": 0}
+
+
+def kube_pod(name: str, **kwargs) -> dict:
+    """A pod to create in the test control plane: no namespace (the create call gives it), each
+    claim mounted, the base-notebook image and :data:`KUBE_POD_FIELDS`; ``pod``'s keywords."""
+    kwargs.setdefault("namespace", None)
+    kwargs.setdefault("mount_claims", True)
+    kwargs.setdefault("image", KUBE_IMAGE)
+    kwargs["spec_fields"] = {**KUBE_POD_FIELDS, **(kwargs.get("spec_fields") or {})}
+    return pod(name, **kwargs)
+
+
 def pvc(
     name: str,
     *,

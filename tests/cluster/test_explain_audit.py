@@ -14,6 +14,7 @@ import secrets
 import shutil
 from pathlib import Path
 
+import builders
 import yaml
 from kube import helpers
 
@@ -58,26 +59,24 @@ def user_pod_manifest(
     namespace: str | None = None,
     **kwargs,
 ) -> dict:
-    """A pod as KubeSpawner labels and annotates it, bound to ``node``."""
-    pod = helpers.pod_manifest(
+    """A pod as KubeSpawner labels and annotates it (no servername annotation for the default
+    server), bound to ``node``."""
+    annotations = {"hub.jupyter.org/username": user}
+    if server:
+        annotations["hub.jupyter.org/servername"] = server
+    return builders.kube_pod(
         name,
+        namespace=namespace or None,
+        node_name=node,
         claims=claims,
         labels={
             "component": "singleuser-server",
             "hub.jupyter.org/username": user,
             "hub.jupyter.org/servername": server,
         },
+        annotations=annotations,
         **kwargs,
     )
-    annotations = {"hub.jupyter.org/username": user}
-    if server:
-        annotations["hub.jupyter.org/servername"] = server
-    pod["metadata"]["annotations"] = annotations
-    if namespace:
-        pod["metadata"]["namespace"] = namespace
-    if node:
-        pod["spec"]["nodeName"] = node
-    return pod
 
 
 async def create_user_pod(kube, name: str, user: str, server: str = "", **kwargs) -> dict:
@@ -153,8 +152,7 @@ async def other_namespace_pod(kube, node: str, cpu: str) -> str:
     """A pod of another namespace on ``node`` (it counts toward the node's requests)."""
     namespace = f"{kube.namespace}-other"
     await kube.core.create_namespace({"metadata": {"name": namespace}})
-    manifest = helpers.pod_manifest("noisy-neighbour", requests={"cpu": cpu})
-    manifest["spec"]["nodeName"] = node
+    manifest = builders.kube_pod("noisy-neighbour", node_name=node, requests={"cpu": cpu})
     await kube.core.create_namespaced_pod(namespace, manifest)
     return namespace
 

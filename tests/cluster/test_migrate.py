@@ -32,6 +32,7 @@ import threading
 import time
 from pathlib import Path
 
+import builders
 import pytest
 import yaml
 from kube import helpers
@@ -293,12 +294,12 @@ class Deployment:
 
     async def server_pod(self, user: str, name: str | None = None) -> str:
         name = name or f"jupyter-{user}"
-        manifest = helpers.pod_manifest(
+        manifest = builders.kube_pod(
             name,
             claims=[f"claim-{user}"],
             labels={"component": "singleuser-server", "hub.jupyter.org/username": user},
+            annotations={"hub.jupyter.org/username": user},
         )
-        manifest["metadata"]["annotations"] = {"hub.jupyter.org/username": user}
         await self.kube.core.create_namespaced_pod(self.kube.namespace, manifest)
         return name
 

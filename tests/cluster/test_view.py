@@ -16,6 +16,7 @@ import signal
 import time
 from pathlib import Path
 
+import builders
 import pytest
 import yaml
 
@@ -43,23 +44,13 @@ async def manifest_of(spawner) -> dict:
 
 async def job_pod_holding(kube, claim: str, node: str, name: str = "backup-alice") -> dict:
     """A pod that is no server (a backup Job's) mounting ``claim``, bound to ``node``."""
-    body = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "labels": {"job-name": "backup"}},
-        "spec": {
-            "nodeName": node,
-            "containers": [
-                {
-                    "name": "backup",
-                    "image": "restic/restic",
-                    "volumeMounts": [{"name": "home", "mountPath": "/data"}],
-                }
-            ],
-            "volumes": [{"name": "home", "persistentVolumeClaim": {"claimName": claim}}],
-            "terminationGracePeriodSeconds": 0,
-        },
-    }
+    body = builders.kube_pod(
+        name,
+        node_name=node,
+        labels={"job-name": "backup"},
+        containers=[builders.container("backup", image="restic/restic")],
+        claims=[claim],
+    )
     await kube.core.create_namespaced_pod(kube.namespace, body)
     return body
 

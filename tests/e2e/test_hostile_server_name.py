@@ -15,7 +15,7 @@ JupyterHub inserts ``html_message`` as raw HTML: the escaping is the spawner's.
 
 from __future__ import annotations
 
-from kube import helpers
+import builders
 
 from .browser import log_in, request_from_spawn_page, screenshot, wait_for_verdict
 from .conftest import JUPYTERHUB_MAJOR
@@ -26,7 +26,7 @@ HOSTILE = "<img src=x onerror=alert(1)>"
 
 async def legacy_pod_named(kube, username: str, server: str, node: str) -> None:
     """A running pod as KubeSpawner under JupyterHub 5 creates it for `server`."""
-    pod = helpers.pod_manifest(
+    pod = builders.kube_pod(
         f"jupyter-{username}--legacy",
         claims=[f"claim-{username}"],
         node_selector={"kubernetes.io/hostname": node},
@@ -35,11 +35,8 @@ async def legacy_pod_named(kube, username: str, server: str, node: str) -> None:
             "hub.jupyter.org/username": username,
             "hub.jupyter.org/servername": "img-src-x-onerror-alert-1---a1b2c3d4",
         },
+        annotations={"hub.jupyter.org/username": username, "hub.jupyter.org/servername": server},
     )
-    pod["metadata"]["annotations"] = {
-        "hub.jupyter.org/username": username,
-        "hub.jupyter.org/servername": server,
-    }
     await kube.core.create_namespaced_pod(kube.namespace, pod)
     await kube.wait_for_running(pod["metadata"]["name"])
 

@@ -20,6 +20,7 @@ import secrets
 import time
 from dataclasses import dataclass
 
+import builders
 import pytest
 from kube import helpers
 from kube.controlplane import ControlPlane
@@ -150,16 +151,11 @@ class Hub:
         waits for this before it ends, and the next test does not meet half-reconnected
         components."""
         name = f"probe-{secrets.token_hex(4)}"
-        body = {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {"name": name},
-            "spec": {
-                "nodeSelector": {"kubernetes.io/hostname": node},
-                "containers": [{"name": "probe", "image": "probe"}],
-                "terminationGracePeriodSeconds": 0,
-            },
-        }
+        body = builders.kube_pod(
+            name,
+            node_selector={"kubernetes.io/hostname": node},
+            containers=[builders.container("probe", image="probe")],
+        )
         await self.core.create_namespaced_pod(self.namespace, body)
         deadline = time.monotonic() + timeout
         try:

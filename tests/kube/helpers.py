@@ -18,6 +18,7 @@ import hashlib
 import time
 from collections.abc import Callable, Iterable
 
+import builders
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client import ApiClient
 from kubernetes_asyncio.client.exceptions import ApiException
@@ -386,51 +387,9 @@ async def create_volume_attachment(api, pv_name: str, node_name: str, attached: 
 # ---------------------------------------------------------------------------------------------
 
 
-def pod_manifest(
-    name: str,
-    *,
-    claims: Iterable[str] = (),
-    node_selector: dict[str, str] | None = None,
-    requests: dict[str, str] | None = None,
-    limits: dict[str, str] | None = None,
-    labels: dict[str, str] | None = None,
-    affinity: dict | None = None,
-    tolerations: list[dict] | None = None,
-) -> dict:
-    """A minimal single-container pod mounting each claim in `claims` (volume name = claim name)."""
-    claims = list(claims)
-    container = {
-        "name": "notebook",
-        "image": "quay.io/jupyter/base-notebook:latest",
-        "volumeMounts": [{"name": c, "mountPath": f"/mnt/{c}"} for c in claims],
-    }
-    if requests or limits:
-        container["resources"] = {
-            k: v for k, v in (("requests", requests), ("limits", limits)) if v
-        }
-    spec: dict = {
-        "containers": [container],
-        "volumes": [{"name": c, "persistentVolumeClaim": {"claimName": c}} for c in claims],
-        "automountServiceAccountToken": False,
-        "terminationGracePeriodSeconds": 0,
-    }
-    if node_selector:
-        spec["nodeSelector"] = dict(node_selector)
-    if affinity:
-        spec["affinity"] = affinity
-    if tolerations:
-        spec["tolerations"] = list(tolerations)
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "labels": dict(labels or {})},
-        "spec": spec,
-    }
-
-
 async def create_pod(api, namespace: str, name: str, **kwargs) -> dict:
-    """Create ``pod_manifest(name, **kwargs)`` in `namespace`; return the created pod."""
-    pod = await _core(api).create_namespaced_pod(namespace, pod_manifest(name, **kwargs))
+    """Create ``builders.kube_pod(name, **kwargs)`` in `namespace`; return the created pod."""
+    pod = await _core(api).create_namespaced_pod(namespace, builders.kube_pod(name, **kwargs))
     return to_dict(api, pod)
 
 
