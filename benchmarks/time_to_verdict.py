@@ -1,5 +1,5 @@
-"""Seconds from a spawn request to the reason the user sees, for each failure mode of DESIGN
-section 1: stock KubeSpawner (with the hard pod affinity deployments use today) against
+"""Seconds from a spawn request to the reason the user sees, for each failure mode of
+docs/failure-modes.md: stock KubeSpawner (with the hard pod affinity deployments use today) against
 ColocatingKubeSpawner, in one run against the real control plane of tests/kube.
 
 - GPU lab blocked: an app runs on the CPU node; the user starts a GPU profile.

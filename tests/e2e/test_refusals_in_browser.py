@@ -1,4 +1,4 @@
-"""Each failure mode of DESIGN section 1, as a person meets it in headless Chromium.
+"""Each failure mode of docs/failure-modes.md, as a person meets it in headless Chromium.
 
 The preconditions (the user's other servers) are started through the hub's REST API, so the hub
 knows them; then the person logs in, opens the spawn page, chooses a profile, presses Start and

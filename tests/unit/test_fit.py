@@ -1,4 +1,4 @@
-"""The kube-scheduler filter subset (DESIGN section 6), one table per behaviour.
+"""The kube-scheduler filter subset (docs/decisions.md, "The fit check"), one table per behaviour.
 
 Expected values come from the upstream code: k8s.io/apimachinery resource.Quantity and
 labels.Requirement, k8s.io/component-helpers resource.PodRequests and nodeaffinity, the

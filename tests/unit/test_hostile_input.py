@@ -1,17 +1,16 @@
 """Corrupt and hostile input: one clear error, never a traceback or a hang.
 
-``simulate`` (and every reader of user-supplied files) exits 2 with one line naming the file and
-the problem; the pure core, given objects the API would accept, decides in bounded time whatever
-their numbers; properties (hypothesis) show that no mutated object makes the readers or
-``decide`` raise anything but that one error.
+The pure core, given objects the API would accept, decides in bounded time whatever their
+numbers; properties (hypothesis) show that no mutated object makes the readers or ``decide`` raise
+anything but that one error (a :class:`~nebari_colocate.state.StateError` naming the file).  What
+the command line makes of hostile files (exit 2, one line naming the file and the problem) is in
+test_cli.py.
 """
 
 from __future__ import annotations
 
 import copy
 import functools
-import json
-from pathlib import Path
 
 import pytest
 import yaml
@@ -23,277 +22,12 @@ from hypothesis import strategies as st
 from nebari_colocate import messages, state, validate
 from nebari_colocate.placement import REFUSE, Decision, Policy, decide
 
-from .test_simulate_cli import run, write_yaml
-
 # --------------------------------------------------------------------------------------------------
-# simulate: exit 2, one line naming the file and the problem
+# the pure core on numbers that make no sense: reported, never computed for seconds
 
 
 def _holder(**kwargs) -> dict:
     return running("jupyter-alice--app", "cpu-1", claims=["claim-alice"], user="alice", **kwargs)
-
-
-def _good_pod() -> dict:
-    return pod("jupyter-alice", claims=["claim-alice"], user="alice")
-
-
-def _good_state() -> list[dict]:
-    return [node("cpu-1"), pvc("claim-alice"), _holder()]
-
-
-def _files(tmp_path: Path, *, state_docs=None, pod_docs=None, state_text=None, pod_text=None):
-    state_file, pod_file = tmp_path / "state.yaml", tmp_path / "pod.yaml"
-    if state_text is not None:
-        (state_file.write_bytes if isinstance(state_text, bytes) else state_file.write_text)(
-            state_text
-        )
-    else:
-        write_yaml(state_file, *(state_docs if state_docs is not None else _good_state()))
-    if pod_text is not None:
-        (pod_file.write_bytes if isinstance(pod_text, bytes) else pod_file.write_text)(pod_text)
-    else:
-        write_yaml(pod_file, *(pod_docs if pod_docs is not None else [_good_pod()]))
-    return state_file, pod_file
-
-
-def _alias_bomb(levels: int = 9) -> str:
-    lines = ['a0: &a0 ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]']
-    for i in range(1, levels + 1):
-        refs = ",".join([f"*a{i - 1}"] * 9)
-        lines.append(f"a{i}: &a{i} [{refs}]")
-    return "kind: Pod\n" + "\n".join(lines) + "\n"
-
-
-def _with(obj: dict, path: str, value) -> dict:
-    """A deep copy of ``obj`` with the dotted ``path`` set (``[0]`` indexes a list)."""
-    obj = copy.deepcopy(obj)
-    target = obj
-    parts = [p for p in path.replace("[", ".[").split(".") if p]
-    for part in parts[:-1]:
-        target = target[int(part[1:-1])] if part.startswith("[") else target.setdefault(part, {})
-    last = parts[-1]
-    if last.startswith("["):
-        target[int(last[1:-1])] = value
-    else:
-        target[last] = value
-    return obj
-
-
-def _pod_case(path: str, value):
-    return lambda tmp_path: _files(tmp_path, pod_docs=[_with(_good_pod(), path, value)])
-
-
-def _state_case(index: int, path: str, value):
-    def make(tmp_path):
-        docs = _good_state()
-        docs[index] = _with(docs[index], path, value)
-        return _files(tmp_path, state_docs=docs)
-
-    return make
-
-
-HOSTILE = [
-    # (id, make files, the file named, words of the problem)
-    (
-        "binary-state",
-        lambda p: _files(p, state_text=b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR"),
-        "state.yaml",
-        "binary file",
-    ),
-    (
-        "latin1-pod",
-        lambda p: _files(p, pod_text="kind: Pod\nmetadata: {name: caf\xe9}\n".encode("latin-1")),
-        "pod.yaml",
-        "not UTF-8",
-    ),
-    (
-        "cpu-exponent-overflow",
-        _pod_case("spec.containers.[0].resources", {"requests": {"cpu": "1e999999999"}}),
-        "pod.yaml",
-        "beyond what Kubernetes can count",
-    ),
-    (
-        "memory-huge-exponent-in-pod",
-        _pod_case("spec.containers.[0].resources", {"limits": {"memory": "1e999999"}}),
-        "pod.yaml",
-        "beyond what Kubernetes can count",
-    ),
-    (
-        "memory-huge-exponent-in-a-holder",
-        _state_case(2, "spec.containers.[0].resources", {"requests": {"memory": "1e999999"}}),
-        "state.yaml",
-        "beyond what Kubernetes can count",
-    ),
-    (
-        "metadata-is-a-string-in-state",
-        _state_case(2, "metadata", "jupyter-alice--app"),
-        "state.yaml",
-        "metadata: must be a mapping",
-    ),
-    (
-        "metadata-is-a-string-in-pod",
-        _pod_case("metadata", "jupyter-alice"),
-        "pod.yaml",
-        "metadata: must be a mapping",
-    ),
-    ("alias-bomb", lambda p: _files(p, pod_text=_alias_bomb()), "pod.yaml", "alias bomb"),
-    (
-        "recursive-alias",
-        lambda p: _files(p, state_text="kind: List\nitems: &a [*a]\n"),
-        "state.yaml",
-        "recursive",
-    ),
-    (
-        "deeply-nested-json",
-        lambda p: _files(p, state_text="[" * 100_000 + "]" * 100_000),
-        "state.yaml",
-        "nested too deeply",
-    ),
-    (
-        "huge-integer-literal",
-        lambda p: _files(
-            p,
-            pod_text=yaml.safe_dump(_good_pod()).replace(
-                "containers:", "overhead:\n    cpu: " + "9" * 200_000 + "\n  containers:"
-            ),
-        ),
-        "pod.yaml",
-        "beyond what Kubernetes can count",
-    ),
-    ("no-containers", _pod_case("spec.containers", []), "pod.yaml", "at least one container"),
-    ("containers-missing", _pod_case("spec", {"volumes": []}), "pod.yaml", "spec.containers"),
-    (
-        "negative-cpu",
-        _pod_case("spec.containers.[0].resources", {"requests": {"cpu": "-1"}}),
-        "pod.yaml",
-        "negative",
-    ),
-    (
-        "negative-gpu",
-        _pod_case("spec.containers.[0].resources", {"limits": {"nvidia.com/gpu": "-5"}}),
-        "pod.yaml",
-        "negative",
-    ),
-    (
-        "fractional-gpu",
-        _pod_case("spec.containers.[0].resources", {"limits": {"nvidia.com/gpu": "0.5"}}),
-        "pod.yaml",
-        "whole number",
-    ),
-    (
-        "request-above-limit",
-        _pod_case(
-            "spec.containers.[0].resources",
-            {"requests": {"memory": "2Gi"}, "limits": {"memory": "1Gi"}},
-        ),
-        "pod.yaml",
-        "its limit",
-    ),
-    (
-        "integer-node-selector-value",
-        _pod_case("spec.nodeSelector", {"gpu": 1}),
-        "pod.yaml",
-        "spec.nodeSelector.gpu: must be a string",
-    ),
-    (
-        "integer-label-value",
-        _state_case(0, "metadata.labels", {"zone": 3}),
-        "state.yaml",
-        "metadata.labels.zone: must be a string",
-    ),
-    (
-        "access-modes-a-string",
-        _state_case(1, "spec.accessModes", "ReadWriteOnce"),
-        "state.yaml",
-        "spec.accessModes: must be a list",
-    ),
-    (
-        "unknown-access-mode",
-        _state_case(1, "spec.accessModes", ["ReadWriteSometimes"]),
-        "state.yaml",
-        "is not one of",
-    ),
-    (
-        "negative-allocatable",
-        _state_case(0, "status.allocatable.cpu", "-4"),
-        "state.yaml",
-        "negative",
-    ),
-    (
-        "unknown-selector-operator",
-        _pod_case(
-            "spec.affinity",
-            {
-                "nodeAffinity": {
-                    "requiredDuringSchedulingIgnoredDuringExecution": {
-                        "nodeSelectorTerms": [
-                            {
-                                "matchExpressions": [
-                                    {"key": "a", "operator": "Like", "values": ["b"]}
-                                ]
-                            }
-                        ]
-                    }
-                }
-            },
-        ),
-        "pod.yaml",
-        "operator",
-    ),
-    (
-        "volumes-a-mapping",
-        _pod_case("spec.volumes", {"home": "claim-alice"}),
-        "pod.yaml",
-        "spec.volumes: must be a list",
-    ),
-    (
-        "container-without-name",
-        _pod_case("spec.containers", [{"image": "x"}]),
-        "pod.yaml",
-        "spec.containers[0].name: is missing",
-    ),
-]
-
-
-@pytest.mark.parametrize(
-    "test_variation_id, make_files, named, problem", HOSTILE, ids=[h[0] for h in HOSTILE]
-)
-def test_hostile_input_exits_2_with_one_line_naming_the_file_and_the_problem(
-    test_variation_id, make_files, named, problem, tmp_path, capsys
-):
-    state_file, pod_file = make_files(tmp_path)
-    status, out, err = run(["simulate", str(state_file), "--pod", str(pod_file), "--json"], capsys)
-    assert (status, out) == (2, ""), err
-    assert err.count("\n") == 1 and err.endswith("\n"), err
-    assert named in err and problem in err, err
-
-
-def test_an_oversized_file_is_refused_before_it_is_read(tmp_path, capsys, monkeypatch):
-    monkeypatch.setattr(state, "MAX_FILE_BYTES", 1000)
-    state_file, pod_file = _files(tmp_path, state_docs=_good_state() * 20)
-    status, _, err = run(["simulate", str(state_file), "--pod", str(pod_file)], capsys)
-    assert status == 2
-    assert "state.yaml: larger than" in err and err.count("\n") == 1
-
-
-def test_json_dumps_are_read_like_yaml(tmp_path, capsys):
-    state_file = tmp_path / "state.json"
-    state_file.write_text(json.dumps({"kind": "List", "items": _good_state()}))
-    _, pod_file = _files(tmp_path)
-    status, out, err = run(["simulate", str(state_file), "--pod", str(pod_file), "--json"], capsys)
-    assert (status, err) == (0, "")
-    assert json.loads(out)["node"] == "cpu-1"
-
-
-def test_kubectl_style_dumps_with_ignored_kinds_still_validate_what_decides(tmp_path, capsys):
-    service = {"kind": "Service", "metadata": "not checked: simulate ignores Services"}
-    state_file, pod_file = _files(tmp_path, state_docs=[*_good_state(), service])
-    status, _, err = run(["simulate", str(state_file), "--pod", str(pod_file)], capsys)
-    assert (status, err) == (0, "")
-
-
-# --------------------------------------------------------------------------------------------------
-# the pure core on numbers that make no sense: reported, never computed for seconds
 
 
 def test_a_holder_with_a_saturated_request_fills_its_node_and_is_reported():
@@ -413,16 +147,6 @@ def test_any_bytes_are_objects_or_a_state_error(tmp_path_factory, data):
         state.read_objects(path)
     except state.StateError as exc:
         assert str(exc).startswith(str(path)) and "\n" not in str(exc)
-
-
-def test_cli_main_turns_every_reader_error_into_exit_2(tmp_path, capsys):
-    # explain --pod reads the same way, before any cluster is asked
-    bad = tmp_path / "pod.yaml"
-    bad.write_bytes(b"\xff\xfe\x00k")
-    status, _, err = run(
-        ["explain", "alice", "--pod", str(bad), "--kubeconfig", "/nonexistent"], capsys
-    )
-    assert status == 2 and "pod.yaml: " in err and err.count("\n") == 1
 
 
 # --------------------------------------------------------------------------------------------------

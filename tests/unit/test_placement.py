@@ -1,4 +1,5 @@
-"""decide(pod, state, policy): the contract of DESIGN section 5, one table per step."""
+"""decide(pod, state, policy): the contract of docs/decisions.md ("The contract, in order"), one
+table per step."""
 
 from __future__ import annotations
 

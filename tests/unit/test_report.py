@@ -3,13 +3,11 @@ errors before it reaches a cluster."""
 
 from __future__ import annotations
 
-import socket
-
 import pytest
 import yaml
 from builders import NAMESPACE, gpu_node, node, pod, pvc, running, state, volume_attachment
 
-from nebari_colocate import cli, report
+from nebari_colocate import report
 from nebari_colocate.placement import Policy, decide
 from nebari_colocate.state import ClusterState
 
@@ -493,109 +491,6 @@ def test_audit_text_has_a_section_per_finding():
         "",
         "Exclusive claims in use on more than one node: 0",
     ]
-
-
-# --------------------------------------------------------------------------------------------------
-# the CLI before it reaches a cluster
-
-
-def run(argv, capsys):
-    try:
-        status = cli.main(argv)
-    except SystemExit as exc:
-        status = exc.code
-    out, err = capsys.readouterr()
-    return status, out, err
-
-
-def test_kubeconfig_option_wins_over_the_environment(monkeypatch):
-    env = {"KUBECONFIG": "/from/env"}
-    assert cli.kubeconfig_paths("/from/option", env) == "/from/option"
-    assert cli.kubeconfig_paths(None, env) == "/from/env"
-    assert cli.kubeconfig_paths(None, {}).endswith("/.kube/config")
-
-
-@pytest.mark.parametrize("command", [["explain", "alice"], ["audit"]])
-def test_a_missing_kubeconfig_exits_2_with_one_line(command, capsys, monkeypatch, tmp_path):
-    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "nowhere"))
-    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
-    status, out, err = run(command, capsys)
-    assert (status, out) == (2, "")
-    assert err == (
-        f"nebari-colocate: no kubeconfig: {tmp_path / 'nowhere'} does not exist (pass "
-        "--kubeconfig or set KUBECONFIG)\n"
-    )
-
-
-@pytest.mark.parametrize(
-    "test_variation_id, content, extra, expect",
-    [
-        ("not YAML", "clusters: [", [], "cannot use it"),
-        ("no contexts", "apiVersion: v1\nkind: Config\n", [], "cannot use it"),
-        (
-            "unknown context",
-            yaml.safe_dump(
-                {
-                    "apiVersion": "v1",
-                    "clusters": [{"name": "c", "cluster": {"server": "https://127.0.0.1:1"}}],
-                    "users": [{"name": "u", "user": {}}],
-                    "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}],
-                    "current-context": "x",
-                }
-            ),
-            ["--context", "nope"],
-            "cannot use it",
-        ),
-    ],
-)
-def test_an_unusable_kubeconfig_exits_2_with_one_line(
-    test_variation_id, content, extra, expect, capsys, tmp_path
-):
-    path = tmp_path / "kubeconfig"
-    path.write_text(content)
-    status, out, err = run(["audit", "--kubeconfig", str(path), *extra], capsys)
-    assert (status, out) == (2, "")
-    assert err.startswith(f"nebari-colocate: kubeconfig {path}: {expect}")
-    assert err.count("\n") == 1
-
-
-def test_an_unreachable_api_server_exits_2_naming_it(capsys, tmp_path):
-    with socket.socket() as probe:  # a loopback port nothing listens on
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    server = f"https://127.0.0.1:{port}"
-    config = {
-        "apiVersion": "v1",
-        "clusters": [{"name": "c", "cluster": {"server": server}}],
-        "users": [{"name": "u", "user": {"token": "t"}}],
-        "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}],
-        "current-context": "x",
-    }
-    path = tmp_path / "kubeconfig"
-    path.write_text(yaml.safe_dump(config))
-    status, out, err = run(["audit", "--kubeconfig", str(path), "--timeout", "10"], capsys)
-    assert (status, out) == (2, "")
-    assert err.startswith(f"nebari-colocate: cannot reach the Kubernetes API at {server}")
-    assert err.count("\n") == 1
-
-
-def test_inside_a_pod_without_a_service_account_token_exits_2(capsys, monkeypatch, tmp_path):
-    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "nowhere"))
-    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "127.0.0.1")
-    monkeypatch.setenv("KUBERNETES_SERVICE_PORT", "1")
-    monkeypatch.setattr(cli, "SERVICE_ACCOUNT_DIR", tmp_path)
-    status, out, err = run(["explain", "alice"], capsys)
-    assert (status, out) == (2, "")
-    assert "the pod's service account cannot be used" in err
-    assert err.count("\n") == 1
-
-
-def test_explain_rejects_a_bad_pod_file_before_it_looks_for_a_cluster(capsys, tmp_path):
-    missing = tmp_path / "missing.yaml"
-    argv = ["explain", "alice", "--pod", str(missing), "--kubeconfig", str(tmp_path / "nowhere")]
-    status, out, err = run(argv, capsys)
-    assert (status, out) == (2, "")
-    assert err.startswith(f"nebari-colocate: {missing}: cannot read")
 
 
 # --------------------------------------------------------------------------------------------------
