@@ -29,8 +29,11 @@ from pathlib import Path
 import pytest
 
 TESTS_DIR = Path(__file__).resolve().parent
-if str(TESTS_DIR) not in sys.path:
-    sys.path.insert(0, str(TESTS_DIR))
+# tests/ for `builders` and `kube`, the repository root for `benchmarks` (also under the `pytest`
+# script, which does not put the working directory on sys.path)
+for _path in (TESTS_DIR.parent, TESTS_DIR):
+    if str(_path) not in sys.path:
+        sys.path.insert(0, str(_path))
 
 from kube import helpers  # noqa: E402
 from kube.autoscaler import Autoscaler, clear_nodes  # noqa: E402

@@ -12,14 +12,7 @@ The full runs (N >= 200, several seeds) are in docs/performance.md.
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
-ROOT = Path(__file__).resolve().parents[2]
-if str(ROOT) not in sys.path:  # `python -m pytest` from the root has it; the `pytest` script not
-    sys.path.insert(0, str(ROOT))
-
-from benchmarks import agreement  # noqa: E402
+from benchmarks import agreement
 
 SEED = 20261130
 COUNT = 30

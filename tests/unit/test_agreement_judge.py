@@ -1,0 +1,103 @@
+"""The agreement benchmark's judge on kube-scheduler 1.37's FailedScheduling messages, without a
+cluster: it reads them through events.fit_error_fragments and compares them with our reason codes
+in the scheduler's filter order (benchmarks/README.md, section "agreement")."""
+
+from __future__ import annotations
+
+import pytest
+
+from benchmarks.agreement.judge import judge_refusal, parse_failed_scheduling, plugin_of
+
+PINNED = "2 node(s) didn't satisfy plugin(s) [NodeAffinity]"
+NOT_HELPFUL = " preemption: 0/3 nodes are available: 3 Preemption is not helpful for scheduling."
+
+
+def failed(*fragments: str) -> str:
+    return f"0/3 nodes are available: {', '.join(fragments)}.{NOT_HELPFUL}"
+
+
+@pytest.mark.parametrize(
+    "test_variation_id, ours, message, expect_agree",
+    [
+        ("same-resources", ["insufficient:cpu"], failed("1 Insufficient cpu", PINNED), True),
+        (
+            "every-shortfall-reported",
+            ["insufficient:cpu", "insufficient:nvidia.com/gpu"],
+            failed("1 Insufficient cpu", "1 Insufficient nvidia.com/gpu", PINNED),
+            True,
+        ),
+        (
+            "a-shortfall-we-missed",
+            ["insufficient:cpu"],
+            failed("1 Insufficient cpu", "1 Insufficient memory", PINNED),
+            False,
+        ),
+        (
+            "the-first-failing-filter-is-the-one-reported",
+            ["taint", "insufficient:memory"],
+            failed("1 node(s) had untolerated taint(s)", PINNED),
+            True,
+        ),
+        (
+            "a-later-filter-reported-than-ours",
+            ["node-unschedulable"],
+            failed("1 node(s) had untolerated taint(s)", PINNED),
+            False,
+        ),
+        (
+            "claim-in-use-with-the-fit-reasons-behind-it",
+            ["claim-in-use"],
+            failed(
+                "1 node(s) unavailable due to PersistentVolumeClaim with ReadWriteOncePod access "
+                "mode already in-use by another pod",
+                PINNED,
+            ),
+            True,
+        ),
+        (
+            "prefilter-rejection",
+            ["node-selector"],
+            f"0/3 nodes are available: pod affinity terms conflict.{NOT_HELPFUL}",
+            True,
+        ),
+        (
+            "a-reason-the-scheduler-does-not-have",
+            ["premium-node"],
+            failed("1 node(s) had untolerated taint(s)", PINNED),
+            False,
+        ),
+        ("not-a-fit-error", ["taint"], "binding rejected: the node is gone", False),
+    ],
+)
+def test_the_judge_agrees_when_the_scheduler_reports_our_first_failing_filter(
+    test_variation_id, ours, message, expect_agree
+):
+    agree, why = judge_refusal(ours, message)
+    assert agree is expect_agree, why
+
+
+def test_the_histogram_counts_nodes_per_fragment_and_a_prefilter_message_has_none():
+    assert parse_failed_scheduling(failed("1 Too many pods", PINNED)) == (
+        None,
+        {"Too many pods": 1, "node(s) didn't satisfy plugin(s) [NodeAffinity]": 2},
+    )
+    prefilter = f"0/3 nodes are available: pod affinity terms conflict.{NOT_HELPFUL}"
+    assert parse_failed_scheduling(prefilter) == ("pod affinity terms conflict", {})
+
+
+@pytest.mark.parametrize(
+    "code, plugin",
+    [
+        ("node-unschedulable", "NodeUnschedulable"),
+        ("taint", "TaintToleration"),
+        ("node-selector", "NodeAffinity"),
+        ("too-many-pods", "NodeResourcesFit"),
+        ("insufficient:example.com/fpga", "NodeResourcesFit"),
+        ("claim-in-use", "VolumeRestrictions"),
+        ("volume-node-affinity", "VolumeBinding"),
+        ("split-attachment", None),
+        ("premium-node", None),
+    ],
+)
+def test_each_reason_code_belongs_to_the_filter_plugin_that_reports_it(code, plugin):
+    assert plugin_of(code) == plugin
