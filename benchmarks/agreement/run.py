@@ -23,7 +23,7 @@ from benchmarks import _cluster
 from nebari_colocate import cli
 from nebari_colocate.affinity import apply_decision
 from nebari_colocate.placement import COLOCATE, REFUSE, SKIP, Decision, Policy, decide
-from nebari_colocate.state import ClusterState
+from nebari_colocate.state import ClusterState, flatten_objects
 from nebari_colocate.view import ClusterView, DirectReader, read_json
 
 from .judge import first_verdict, judge
@@ -135,14 +135,13 @@ async def read_objects(api_client, scenario: Scenario) -> list[dict]:
         read_json(core.list_persistent_volume, label_selector=pv_selector),
         read_json(storage.list_volume_attachment, label_selector=pv_selector),
     )
-    kinds = ["Node"] + ["Pod"] * (1 + len(scenario.other_namespaces))
-    kinds += ["PersistentVolumeClaim", "PersistentVolume", "VolumeAttachment"]
-    objects = []
-    for kind, listing in zip(kinds, listings, strict=True):
-        version = "storage.k8s.io/v1" if kind == "VolumeAttachment" else "v1"
-        for item in listing.get("items") or []:
-            objects.append({"apiVersion": version, "kind": kind, **item})
-    return objects
+    # A list's items carry neither kind nor apiVersion: flatten_objects names the kind after the
+    # list's (PodList: Pod), as for a `kubectl get -o yaml` dump; the apiVersion is the list's.
+    return [
+        {"apiVersion": listing["apiVersion"], "kind": item["kind"], **item}
+        for listing in listings
+        for item in flatten_objects([listing], "the API")
+    ]
 
 
 async def cleanup(api_client, scenario: Scenario) -> None:
