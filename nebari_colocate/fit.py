@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 
 from . import quantity
+from .objects import is_terminal
 
 # --------------------------------------------------------------------------------------------------
 # quantities (nebari_colocate.quantity: the API's grammar and bounds, in bounded time)
@@ -109,9 +110,22 @@ def pod_requests(pod: Mapping) -> dict[str, int]:
     return {name: _units(name, value) for name, value in total.items()}
 
 
-def is_terminal(pod: Mapping) -> bool:
-    """Succeeded and Failed pods hold no node resources and no volume."""
-    return (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
+def requests_any(pod: Mapping, resources: Iterable[str]) -> bool:
+    """The pod requests some of ``resources`` (a premium resource, a GPU)."""
+    requested = pod_requests(pod)
+    return any(requested.get(r, 0) > 0 for r in resources)
+
+
+def offered(node: Mapping, resources: Iterable[str]) -> dict[str, int]:
+    """Those of ``resources`` the node offers (allocatable > 0), in scheduler units."""
+    allocatable = (node.get("status") or {}).get("allocatable") or {}
+    found = {}
+    for resource in resources:
+        if resource in allocatable:
+            units = scheduler_units(resource, allocatable[resource])
+            if units > 0:
+                found[resource] = units
+    return found
 
 
 # --------------------------------------------------------------------------------------------------
