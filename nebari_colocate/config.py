@@ -21,13 +21,13 @@ from .objects import GPU_RESOURCES, RWO, RWX
 
 #: the access modes a hub may create home claims with (``storage_access_mode``)
 ACCESS_MODES = (RWO, RWX)
-ALLOW, WARN, REFUSE = "allow", "warn", "refuse"
 #: what to do with a server that needs no premium resource on a premium node
-PREMIUM_POLICIES = (ALLOW, WARN, REFUSE)
+POLICY_ALLOW, POLICY_WARN, POLICY_REFUSE = "allow", "warn", "refuse"
+PREMIUM_POLICIES = (POLICY_ALLOW, POLICY_WARN, POLICY_REFUSE)
 
 DEFAULT_ACCESS_MODE = RWO
 DEFAULT_PREMIUM_RESOURCES = GPU_RESOURCES
-DEFAULT_PREMIUM_NODE_POLICY = WARN
+DEFAULT_PREMIUM_NODE_POLICY = POLICY_WARN
 DEFAULT_LABEL_KEY = "nebari.dev/colocate-user"
 DEFAULT_CHECK_TIMEOUT = 5.0
 #: the shortest colocation_check_timeout that can work (seconds): the check makes up to four

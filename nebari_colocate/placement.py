@@ -11,7 +11,12 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from . import fit
-from .config import DEFAULT_PREMIUM_NODE_POLICY, DEFAULT_PREMIUM_RESOURCES
+from .config import (
+    DEFAULT_PREMIUM_NODE_POLICY,
+    DEFAULT_PREMIUM_RESOURCES,
+    POLICY_REFUSE,
+    POLICY_WARN,
+)
 from .objects import (
     MIGRATION_ANNOTATION,
     MIGRATION_SINCE_ANNOTATION,
@@ -30,21 +35,36 @@ from .state import ClusterState
 
 SKIP, COLOCATE, REFUSE = "skip", "colocate", "refuse"
 
-REASON_CODES = (
-    "node-unschedulable",
-    "node-selector",
-    "taint",
-    "insufficient:<resource>",
-    "too-many-pods",
-    "volume-node-affinity",
-    "claim-in-use",
-    "split-attachment",
-    "premium-node",
-    "node-not-found",
-    "home-being-moved",
-)
-#: the pinned node does not exist any more (its holders or attachment outlived it)
+#: what pins a decision to its node (``Decision.pinned_by``)
+PINNED_BY_HOLDERS, PINNED_BY_ATTACHMENT = "holders", "attachment"
+
+# The reason codes of ``decide``'s own steps (the fit check's are in ``fit`` beside each filter).
+#: 0. the claim's data is being moved to other storage (``nebari-colocate migrate``)
+HOME_BEING_MOVED = "home-being-moved"
+#: 2. a ReadWriteOncePod claim is in use by another pod
+CLAIM_IN_USE = "claim-in-use"
+#: 3. an exclusive claim is in use, or attached, on more than one node
+SPLIT_ATTACHMENT = "split-attachment"
+#: 5. the pinned node does not exist any more (its holders or attachment outlived it)
 NODE_NOT_FOUND = "node-not-found"
+#: 6. a pod that requests no premium resource, pinned to a premium node
+PREMIUM_NODE = "premium-node"
+
+#: every reason code a Decision may carry (the ``simulate --json`` contract: extend, never
+#: rename); ``insufficient:<resource>`` stands for one code per resource
+REASON_CODES = (
+    *fit.FIT_REASONS,
+    CLAIM_IN_USE,
+    SPLIT_ATTACHMENT,
+    PREMIUM_NODE,
+    NODE_NOT_FOUND,
+    HOME_BEING_MOVED,
+)
+
+
+def is_reason_code(code: str) -> bool:
+    """``code`` is one of :data:`REASON_CODES` (any ``insufficient:<resource>``)."""
+    return code in REASON_CODES or bool(fit.insufficient_resource(code))
 
 
 @dataclass(frozen=True)
@@ -84,7 +104,11 @@ class Decision:
         return sorted({(p.get("metadata") or {}).get("name", "") for p in self.holder_pods})
 
     def as_json(self, message: str = "") -> dict:
-        """The ``simulate --json`` object of DESIGN section 8 (extend, never rename)."""
+        """The ``simulate --json`` object (``docs/cli.md``: extend, never rename); its reasons
+        and warnings are codes of :data:`REASON_CODES`, or ValueError."""
+        unknown = [c for c in (*self.reasons, *self.warnings) if not is_reason_code(c)]
+        if unknown:
+            raise ValueError(f"reason codes {unknown} are not in REASON_CODES")
         return {
             "verdict": self.verdict,
             "node": self.node,
@@ -130,7 +154,7 @@ def decide(pod: Mapping, state: ClusterState, policy: Policy) -> Decision:
         since = (meta(state.pvc(namespace, moving[0])).get("annotations") or {}).get(
             MIGRATION_SINCE_ANNOTATION
         )
-        return Decision(REFUSE, reasons=["home-being-moved"], claims=moving, moving_since=since)
+        return Decision(REFUSE, reasons=[HOME_BEING_MOVED], claims=moving, moving_since=since)
 
     # 1. Claims: only exclusive claims constrain placement.
     modes = {c: claim_modes(state.pvc(namespace, c), policy) for c in all_claims}
@@ -151,19 +175,19 @@ def decide(pod: Mapping, state: ClusterState, policy: Policy) -> Decision:
     )
     if busy:
         decision.verdict, decision.busy_claims = REFUSE, busy
-        decision.reasons.append("claim-in-use")
+        decision.reasons.append(CLAIM_IN_USE)
         return decision
 
     # 3. Pinned node: the holders' node, else a volume still attached somewhere.
     nodes = sorted({spec(h)["nodeName"] for h in holding})
     if nodes:
-        decision.pinned_by = "holders"
+        decision.pinned_by = PINNED_BY_HOLDERS
     else:
         nodes = sorted(set().union(*(state.attached_nodes(namespace, c) for c in exclusive)))
-        decision.pinned_by = "attachment" if nodes else None
+        decision.pinned_by = PINNED_BY_ATTACHMENT if nodes else None
     if len(nodes) > 1:
         decision.verdict, decision.split_nodes = REFUSE, nodes
-        decision.reasons.append("split-attachment")
+        decision.reasons.append(SPLIT_ATTACHMENT)
         return decision
 
     # 4. Not pinned: the pod affinity alone; the scheduler's first-pod rule places it anywhere.
@@ -200,10 +224,10 @@ def decide(pod: Mapping, state: ClusterState, policy: Policy) -> Decision:
 
     # 6. Premium guard: keep pods that need no GPU off a GPU node.
     if premium and not fit.requests_any(pod, policy.premium_resources):
-        if policy.premium_node_policy == "refuse":
-            decision.reasons.append("premium-node")
-        elif policy.premium_node_policy == "warn":
-            decision.warnings.append("premium-node")
+        if policy.premium_node_policy == POLICY_REFUSE:
+            decision.reasons.append(PREMIUM_NODE)
+        elif policy.premium_node_policy == POLICY_WARN:
+            decision.warnings.append(PREMIUM_NODE)
 
     if decision.reasons:
         decision.verdict = REFUSE
@@ -271,7 +295,7 @@ def _inferred_misfit(
         if all(_term_known(t, labels, node_name) is False for t in terms):
             mismatch = True
     if mismatch:
-        reasons.append("node-selector")
+        reasons.append(fit.NODE_SELECTOR)
     labels_only = {"metadata": {"labels": labels}}
     for pv in bound_pvs:
         required_pv = (spec(pv).get("nodeAffinity") or {}).get("required")
@@ -281,7 +305,7 @@ def _inferred_misfit(
         if all(_term_known(t, labels, "") is False for t in terms) and not fit.selector_matches(
             required_pv, labels_only
         ):
-            reasons.append("volume-node-affinity")
+            reasons.append(fit.VOLUME_NODE_AFFINITY)
             break
     return reasons
 
@@ -314,7 +338,7 @@ def safe_side(
         COLOCATE, holder_pods=holding, claims=pod_claims(pod), verified=False, notes=[why]
     )
     if len(nodes) == 1:
-        decision.node, decision.pinned_by = nodes[0], "holders"
+        decision.node, decision.pinned_by = nodes[0], PINNED_BY_HOLDERS
     elif not claims:
         decision.verdict = SKIP
     return decision

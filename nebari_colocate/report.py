@@ -32,7 +32,7 @@ from .objects import (
     pod_user,
     spec,
 )
-from .placement import REFUSE, SKIP, Decision, Policy, claim_modes
+from .placement import PINNED_BY_ATTACHMENT, REFUSE, SKIP, Decision, Policy, claim_modes
 from .state import ClusterState
 
 #: the name of the pod ``explain`` judges when the server is not running (it matches no real pod)
@@ -325,7 +325,7 @@ def _percent(used: int, have: int) -> str:
 def _node_title(row: Mapping, report: Mapping) -> str:
     flags = []
     if row["name"] == report.get("pinned_node"):
-        if report.get("pinned_by") == "attachment":
+        if report.get("pinned_by") == PINNED_BY_ATTACHMENT:
             flags.append("pinned: a claim's volume is still attached there")
         else:
             flags.append("pinned: the exclusive claims are in use there")
