@@ -11,14 +11,8 @@ import pytest
 from builders import NAMESPACE, pod, pvc, running, state
 
 from nebari_colocate import copy_home, messages, migrate
-from nebari_colocate.placement import (
-    MIGRATION_ANNOTATION,
-    MIGRATION_SINCE_ANNOTATION,
-    REASON_CODES,
-    REFUSE,
-    Policy,
-    decide,
-)
+from nebari_colocate.objects import MIGRATION_ANNOTATION, MIGRATION_SINCE_ANNOTATION
+from nebari_colocate.placement import REASON_CODES, REFUSE, Policy, decide
 
 
 def moving(claim: dict, value: str = "moving", since: str | None = "2026-12-01T09:12:30Z"):
