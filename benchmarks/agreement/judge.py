@@ -14,58 +14,51 @@ from datetime import datetime, timezone
 
 from nebari_colocate import fit
 from nebari_colocate.events import fit_error_fragments, parse_time
-from nebari_colocate.placement import COLOCATE, REASON_CODES, REFUSE, Decision, pod_claims
+from nebari_colocate.objects import pod_claims
+from nebari_colocate.placement import CLAIM_IN_USE, COLOCATE, REFUSE, Decision
 from nebari_colocate.state import ClusterState
 from nebari_colocate.view import read_json
 
 # kube-scheduler 1.37's filter plugins in the order it runs them
 # (pkg/scheduler/apis/config/v1/default_plugins.go), with the reason codes of ours each stands for
-# ("insufficient:<resource>" is every code with that prefix).  split-attachment, premium-node,
+# (fit.INSUFFICIENT: every insufficient:<resource>).  split-attachment, premium-node,
 # node-not-found and home-being-moved are not scheduler facts: no plugin.
-FILTER_ORDER = (
-    "NodeUnschedulable",
-    "TaintToleration",
-    "NodeAffinity",
-    "NodeResourcesFit",
-    "VolumeRestrictions",
-    "VolumeBinding",
-)
 PLUGIN_CODES = {
-    "NodeUnschedulable": ("node-unschedulable",),
-    "TaintToleration": ("taint",),
-    "NodeAffinity": ("node-selector",),
-    "NodeResourcesFit": ("too-many-pods", "insufficient:<resource>"),
-    "VolumeRestrictions": ("claim-in-use",),
-    "VolumeBinding": ("volume-node-affinity",),
+    "NodeUnschedulable": (fit.NODE_UNSCHEDULABLE,),
+    "TaintToleration": (fit.TAINT,),
+    "NodeAffinity": (fit.NODE_SELECTOR,),
+    "NodeResourcesFit": (fit.TOO_MANY_PODS, fit.INSUFFICIENT),
+    "VolumeRestrictions": (CLAIM_IN_USE,),
+    "VolumeBinding": (fit.VOLUME_NODE_AFFINITY,),
 }
-assert {c for codes in PLUGIN_CODES.values() for c in codes} <= set(REASON_CODES)
-INSUFFICIENT = "insufficient:"
+FILTER_ORDER = tuple(PLUGIN_CODES)
 
 # The scheduler's per-node fragments (without their counts) -> our reason code.
 FRAGMENTS = {
-    "node(s) were unschedulable": "node-unschedulable",
-    "node(s) had untolerated taint(s)": "taint",
-    "node(s) didn't match Pod's node affinity/selector": "node-selector",
-    "Too many pods": "too-many-pods",
+    "node(s) were unschedulable": fit.NODE_UNSCHEDULABLE,
+    "node(s) had untolerated taint(s)": fit.TAINT,
+    "node(s) didn't match Pod's node affinity/selector": fit.NODE_SELECTOR,
+    "Too many pods": fit.TOO_MANY_PODS,
     "node(s) unavailable due to PersistentVolumeClaim with ReadWriteOncePod access mode "
-    "already in-use by another pod": "claim-in-use",
-    "node(s) didn't match PersistentVolume's node affinity": "volume-node-affinity",
+    "already in-use by another pod": CLAIM_IN_USE,
+    "node(s) didn't match PersistentVolume's node affinity": fit.VOLUME_NODE_AFFINITY,
 }
 # PreFilter rejections: every node gets the same status, no per-node histogram.
-PREFILTER_FRAGMENTS = {"pod affinity terms conflict": "node-selector"}
+PREFILTER_FRAGMENTS = {"pod affinity terms conflict": fit.NODE_SELECTOR}
 # The fragment of every node but the one the pod is pinned to.
 EXCLUDED_BY_PIN = "node(s) didn't satisfy plugin(s) [NodeAffinity]"
 
 
 def plugin_of(code: str) -> str | None:
     """The filter plugin that reports reason ``code``; None for codes the scheduler lacks."""
-    key = INSUFFICIENT + "<resource>" if code.startswith(INSUFFICIENT) else code
+    key = fit.INSUFFICIENT if fit.insufficient_resource(code) is not None else code
     return next((plugin for plugin, codes in PLUGIN_CODES.items() if key in codes), None)
 
 
 def fragment_code(fragment: str) -> str | None:
+    """Our reason code for one fragment of the scheduler's per-node histogram, or None."""
     if fragment.startswith("Insufficient "):
-        return INSUFFICIENT + fragment[len("Insufficient ") :]
+        return fit.insufficient(fragment[len("Insufficient ") :])
     return FRAGMENTS.get(fragment)
 
 
@@ -134,7 +127,7 @@ def expected_reasons(decision: Decision, pod: dict, state: ClusterState, node: s
     """Our reason codes for the node a refused pod is pinned to.  ``claim-in-use`` is decided
     before the fit (decide stops there), so the fit's own reasons are added for the order check."""
     reasons = list(decision.reasons)
-    if "claim-in-use" in reasons and state.nodes and node in state.nodes:
+    if CLAIM_IN_USE in reasons and state.nodes and node in state.nodes:
         bound = _bound_pvs(pod, state)
         reasons += fit.check_fit(pod, state.nodes[node], state.pods, bound).reasons
     return reasons

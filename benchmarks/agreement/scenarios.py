@@ -14,8 +14,16 @@ from builders import KUBE_IMAGE, container
 from builders import pod as build_pod
 
 from nebari_colocate import fit
+from nebari_colocate.config import DEFAULT_LABEL_KEY
+from nebari_colocate.objects import (
+    COMPONENT_LABEL,
+    HOSTNAME,
+    SERVER_COMPONENT,
+    USERNAME_ANNOTATION,
+    USERNAME_LABEL,
+)
 
-LABEL_KEY = "nebari.dev/colocate-user"
+LABEL_KEY = DEFAULT_LABEL_KEY
 USER = "alice"
 SCENARIO_LABEL = "agreement.nebari.dev/scenario"
 PROFILE_ANNOTATION = "agreement.nebari.dev/profile"
@@ -99,7 +107,7 @@ class Scenario:
 
 
 def _node_labels(rng: random.Random, name: str, scenario: str) -> dict:
-    labels = {"kubernetes.io/hostname": name, SCENARIO_LABEL: scenario}
+    labels = {HOSTNAME: name, SCENARIO_LABEL: scenario}
     for key, values in (
         ("node-type", NODE_TYPES),
         ("topology.kubernetes.io/zone", ZONES),
@@ -260,7 +268,7 @@ def _expression(rng: random.Random, target: dict, match: float = 0.6) -> dict:
             "example.com/gen",
             "example.com/gen",  # twice: Gt and Lt apply to it
             "example.com/spot",
-            "kubernetes.io/hostname",
+            HOSTNAME,
         )
     )
     operator = _pick(rng, {"In": 30, "NotIn": 15, "Exists": 12, "DoesNotExist": 10, "Gt": 14})
@@ -273,7 +281,7 @@ def _expression(rng: random.Random, target: dict, match: float = 0.6) -> dict:
         "example.com/pool": POOLS,
         "example.com/gen": GENS,
         "example.com/spot": ("true", "false"),
-        "kubernetes.io/hostname": (target.get("kubernetes.io/hostname", "x"), "elsewhere"),
+        HOSTNAME: (target.get(HOSTNAME, "x"), "elsewhere"),
     }[key]
     if key == "example.com/gen" and operator in ("Gt", "Lt"):
         have = target.get(key, "")
@@ -307,7 +315,7 @@ def _node_affinity(rng: random.Random, target: dict, node_names: list, match: fl
             term["matchExpressions"] = expressions
         if rng.random() < 0.25 or not expressions:
             here = rng.random() < match
-            name = target["kubernetes.io/hostname"] if here else rng.choice(node_names)
+            name = target[HOSTNAME] if here else rng.choice(node_names)
             operator = "In" if (rng.random() < 0.6) == here else "NotIn"
             term["matchFields"] = [{"key": "metadata.name", "operator": operator, "values": [name]}]
         terms.append(term)
@@ -449,8 +457,8 @@ def generate(seed: int, index: int, token: str) -> Scenario:
 
     pods: list[PodSpec] = []
     user_labels = {
-        "component": "singleuser-server",
-        "hub.jupyter.org/username": USER,
+        COMPONENT_LABEL: SERVER_COMPONENT,
+        USERNAME_LABEL: USER,
         LABEL_KEY: USER,
     }
     for k in range(_pick(rng, {0: 20, 1: 45, 2: 25, 3: 10})):
@@ -469,7 +477,7 @@ def generate(seed: int, index: int, token: str) -> Scenario:
         ns = rng.choice([namespace, *others])
         labels = {"app": rng.choice(("db", "web", "batch"))}
         if ns == namespace and rng.random() < 0.5:
-            labels = {"component": "singleuser-server", LABEL_KEY: "bob"}
+            labels = {COMPONENT_LABEL: SERVER_COMPONENT, LABEL_KEY: "bob"}
         spec = _containers(rng, small=True, gpu=0.15)
         pods.append(
             PodSpec(
@@ -556,12 +564,12 @@ def _new_pod(
         "jupyter-alice--new",
         namespace,
         None,
-        {"component": "singleuser-server", "hub.jupyter.org/username": USER},
+        {COMPONENT_LABEL: SERVER_COMPONENT, USERNAME_LABEL: USER},
         spec,
         claims=mounted,
         annotations={
             **HOLD,
-            "hub.jupyter.org/username": USER,
+            USERNAME_ANNOTATION: USER,
             PROFILE_ANNOTATION: "friendly" if friendly else "random",
         },
     )
