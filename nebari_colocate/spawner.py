@@ -861,9 +861,8 @@ class ColocatingKubeSpawner(KubeSpawner):
         with contextlib.suppress(BaseException):
             await start_future
         self._release_colocation_lock()
-        log_message = (
-            f"colocate event-verdict=fail reason={verdict.reason} user={self.user.name!r} "
-            f"server={self.name!r} pod={self.pod_name} event={verdict.raw!r}"
+        log_message = messages.event_operator_line(
+            verdict, username=self.user.name, server_name=self.name, pod_name=self.pod_name
         )
         self.log.warning(log_message)
         metrics.observe_event_verdict(verdict.reason or "unknown")
@@ -872,7 +871,7 @@ class ColocatingKubeSpawner(KubeSpawner):
         except Exception:
             self.log.exception("colocate: could not delete pod %s", self.pod_name)
         message, message_html = messages.event_failure(
-            self.name, messages.default_failure(verdict.user_message), self.server_display_names()
+            verdict, self.name, self.server_display_names()
         )
         refusal = ColocationRefused(message, message_html, log_message, event_verdict=verdict)
         self._remember(refusal)
@@ -916,25 +915,20 @@ class ColocatingKubeSpawner(KubeSpawner):
                     "html_message": held.jupyterhub_html_message,
                 }
             verdict = self.classify_events() if self._colocation_decision is not None else None
+            words = messages.event_text(verdict) if verdict is not None else ""
             for event in self.events:
                 uid = (event.get("metadata") or {}).get("uid") or id(event)
                 if uid in seen:
                     continue
                 seen.add(uid)
                 progress += (90 - progress) / 3
-                text = f"[{event.get('type')}] {event.get('message')}"
-                if (
-                    verdict is not None
-                    and verdict.user_message
-                    and event.get("reason") in (PLAIN_LANGUAGE_EVENTS)
-                ):
-                    text = verdict.user_message
+                text = messages.progress_line(event, words)
                 if text == last_text:
                     continue
                 last_text = text
                 yield {"progress": int(progress), "raw_event": event, "message": text}
-            if verdict is not None and verdict.user_message and verdict.user_message != last_text:
-                last_text = verdict.user_message
+            if words and words != last_text:
+                last_text = words
                 yield {"progress": int(progress), "message": last_text}
             if finished:
                 break
@@ -953,19 +947,3 @@ def _display_name(spawner) -> str:
 
 def _built_by_jhub_apps(cls) -> bool:
     return any(base.__module__.startswith("jhub_apps") for base in cls.__mro__)
-
-
-#: events whose raw message the progress stream replaces with the classifier's plain words
-PLAIN_LANGUAGE_EVENTS = frozenset(
-    {
-        "FailedScheduling",
-        "NotTriggerScaleUp",
-        "TriggeredScaleUp",
-        "Nominated",
-        "FailedAttachVolume",
-        "Failed",
-        "BackOff",
-        "InspectFailed",
-        "ErrImageNeverPull",
-    }
-)
