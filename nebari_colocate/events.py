@@ -35,6 +35,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
+from .objects import GPU_RESOURCES
+
 WAIT, FAIL = "wait", "fail"
 
 UNSCHEDULABLE_PINNED = "unschedulable-pinned"
@@ -140,7 +142,6 @@ PULL_BACKOFF_PREFIX = "Back-off pulling image"
 DEFAULT_TAG_FAILED_PREFIX = "Failed to apply default image tag"
 _IMAGE = re.compile(r'image(?: tag)? "([^"]+)"')
 
-_GPU_RESOURCES = ("nvidia.com/gpu", "amd.com/gpu")
 
 # Scheduler (and cluster-autoscaler) reason fragments -> cause codes; the first match wins, so the
 # more specific fragments come first.  ``Insufficient <resource>`` is FRAGMENT_INSUFFICIENT with
@@ -417,7 +418,7 @@ def _autoscaler_fragments(message: str) -> tuple[Fragment, ...]:
 
 
 def _wants_gpu(message: str) -> bool:
-    return any(f"Insufficient {r}" in message for r in _GPU_RESOURCES)
+    return any(f"Insufficient {r}" in message for r in GPU_RESOURCES)
 
 
 # --- the rules -------------------------------------------------------------------------------
