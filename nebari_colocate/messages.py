@@ -12,7 +12,18 @@ from typing import Any, NamedTuple
 
 from . import events, fit
 from .objects import GPU_RESOURCES, SERVERNAME_ANNOTATION, has_owner, is_server, owned_by
-from .placement import REFUSE, SKIP, Decision
+from .placement import (
+    CLAIM_IN_USE,
+    HOME_BEING_MOVED,
+    NODE_NOT_FOUND,
+    PINNED_BY_ATTACHMENT,
+    PINNED_BY_HOLDERS,
+    PREMIUM_NODE,
+    REFUSE,
+    SKIP,
+    SPLIT_ATTACHMENT,
+    Decision,
+)
 
 
 class ResourceWords(NamedTuple):
@@ -114,14 +125,14 @@ def reason_sentences(decision: Decision, pod: Mapping) -> list[str]:
     sentences = []
     shortfalls = {s.resource: s for s in (decision.fit.shortfalls if decision.fit else [])}
     for code in decision.reasons:
-        if code == "node-unschedulable":
+        if code == fit.NODE_UNSCHEDULABLE:
             sentences.append(f"{where_()} is cordoned (closed to new servers for maintenance)")
-        elif code == "node-selector":
+        elif code == fit.NODE_SELECTOR:
             sentences.append(
                 f"this server must run on a different kind of node ({_selector_text(pod)}); "
                 f"{where_()} is not one"
             )
-        elif code == "taint":
+        elif code == fit.TAINT:
             taints = decision.fit.taints if decision.fit else []
             text = ", ".join(
                 f"{t.get('key')}{'=' + t['value'] if t.get('value') else ''}:{t.get('effect')}"
@@ -130,8 +141,7 @@ def reason_sentences(decision: Decision, pod: Mapping) -> list[str]:
             sentences.append(
                 f"{where_()} is reserved ({text}) and this server does not tolerate it"
             )
-        elif code.startswith("insufficient:"):
-            resource = code.split(":", 1)[1]
+        elif (resource := fit.insufficient_resource(code)) is not None:
             words = _resource_words(resource)
             short = shortfalls.get(resource)
             if short and short.allocatable <= 0:
@@ -144,34 +154,34 @@ def reason_sentences(decision: Decision, pod: Mapping) -> list[str]:
                 sentences.append(f"it needs {want} but {where_()} has only {have} free")
             else:
                 sentences.append(f"{where_()} does not have enough {words.amount} free")
-        elif code == "too-many-pods":
+        elif code == fit.TOO_MANY_PODS:
             limit = decision.fit.max_pods if decision.fit else None
             limit_text = f" ({limit})" if limit is not None else ""
             sentences.append(f"{where_()} already runs as many pods as it may{limit_text}")
-        elif code == "volume-node-affinity":
+        elif code == fit.VOLUME_NODE_AFFINITY:
             sentences.append(f"another volume this server mounts cannot be used on node {node}")
-        elif code == "claim-in-use":
+        elif code == CLAIM_IN_USE:
             sentences.append(
                 f"the volume {_join(decision.busy_claims)} may be used by only one server at a "
                 "time and is in use"
             )
-        elif code == "split-attachment":
+        elif code == SPLIT_ATTACHMENT:
             sentences.append(
                 f"your volume {_join(decision.claims)} is in use on more than one node "
                 f"({_join(decision.split_nodes)}), which needs an administrator to resolve"
             )
-        elif code == "node-not-found":
+        elif code == NODE_NOT_FOUND:
             sentences.append(
                 f"your volume is still in use on node {node}, which no longer exists (it may "
                 "still be attached to that node)"
             )
-        elif code == "home-being-moved":
+        elif code == HOME_BEING_MOVED:
             since = _clock(decision.moving_since)
             sentences.append(
                 "your home folder is being moved to new storage by an administrator"
                 + (f" (since {since})" if since else "")
             )
-        elif code == "premium-node":
+        elif code == PREMIUM_NODE:
             sentences.append(
                 f"{where_()} is a GPU node and this server needs no GPU; starting it there "
                 "would keep the expensive node running"
@@ -180,7 +190,7 @@ def reason_sentences(decision: Decision, pod: Mapping) -> list[str]:
 
 
 def _exclusivity(decision: Decision) -> str:
-    if "claim-in-use" in decision.reasons:  # ReadWriteOncePod: one pod, not one node
+    if CLAIM_IN_USE in decision.reasons:  # ReadWriteOncePod: one pod, not one node
         return "Your volume can be used by one server at a time"
     return "Your volume can be attached to one node at a time"
 
@@ -209,16 +219,16 @@ HOME_MOVE_ADVICE = (
 def _advice(
     decision: Decision, holders: list[str], has_profiles: bool = True, own_pods: int = 0
 ) -> str:
-    if "home-being-moved" in decision.reasons:
+    if HOME_BEING_MOVED in decision.reasons:
         return HOME_MOVE_ADVICE
-    if "split-attachment" in decision.reasons:
+    if SPLIT_ATTACHMENT in decision.reasons:
         return "Please contact your administrator."
-    if "node-not-found" in decision.reasons:
+    if NODE_NOT_FOUND in decision.reasons:
         return (
             "Please contact your administrator: the volume must be released from the node that "
             "is gone before it can be used elsewhere."
         )
-    if not holders and decision.holder_pods and decision.pinned_by == "holders":
+    if not holders and decision.holder_pods and decision.pinned_by == PINNED_BY_HOLDERS:
         # Only pods that are not servers hold it: nothing on the hub stops them.
         if own_pods:
             stop = "wait for your other pods using it to finish (or delete them)"
@@ -226,14 +236,14 @@ def _advice(
             stop = "wait until the other pods using it have finished (ask your administrator)"
     else:
         stop = f"stop {_join(holders)} first" if holders else "stop the servers using it first"
-    if decision.pinned_by == "attachment" and not holders:
+    if decision.pinned_by == PINNED_BY_ATTACHMENT and not holders:
         return "The volume is still being released from its last node: try again in a minute."
-    if "claim-in-use" in decision.reasons:
+    if CLAIM_IN_USE in decision.reasons:
         # ReadWriteOncePod: no node and no profile helps; only the other server stopping does.
         return f"To start it, {stop}."
     if not has_profiles:  # no profile to choose on this hub: do not suggest one
         return f"To start it, {stop}."
-    if "premium-node" in decision.reasons and len(decision.reasons) == 1:
+    if PREMIUM_NODE in decision.reasons and len(decision.reasons) == 1:
         return f"To start it, {stop}, or choose a profile with a GPU."
     return f"To start it, {stop}, or choose a profile that fits on node {decision.node}."
 
