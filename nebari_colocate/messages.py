@@ -10,7 +10,7 @@ import html
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
-from . import events, fit
+from . import events, faults, fit
 from .objects import GPU_RESOURCES, SERVERNAME_ANNOTATION, has_owner, is_server, owned_by
 from .placement import (
     CLAIM_IN_USE,
@@ -374,20 +374,20 @@ def operator_line(decision: Decision, *, username: str, server_name: str) -> str
 # the Kubernetes API failing a spawn (unreachable, overloaded, too slow): words instead of the raw
 # client exception (aiohttp.ClientConnectorError, "Could not create PVC ...")
 
-#: fault code -> what happened, in words a user reads
+#: fault code (``faults.FAULT_CODES``) -> what happened, in words a user reads
 API_FAULTS = {
-    "unreachable": "the Kubernetes API server could not be reached (it may be restarting)",
-    "overloaded": "the Kubernetes API server is overloaded and asked to retry later",
-    "server-error": "the Kubernetes API server failed with an internal error",
-    "timeout": "the Kubernetes API server did not answer in time",
-    "rejected": "the Kubernetes API server refused to create it",
+    faults.UNREACHABLE: "the Kubernetes API server could not be reached (it may be restarting)",
+    faults.OVERLOADED: "the Kubernetes API server is overloaded and asked to retry later",
+    faults.SERVER_ERROR: "the Kubernetes API server failed with an internal error",
+    faults.TIMEOUT: "the Kubernetes API server did not answer in time",
+    faults.REJECTED: "the Kubernetes API server refused to create it",
 }
 
 
 def api_fault_message(fault: str, *, server_name: str, detail: str = "") -> str:
     """Plain text for a spawn the API failed: what happened, and what to do (try again)."""
-    what = API_FAULTS.get(fault, API_FAULTS["server-error"])
-    if fault == "rejected":
+    what = API_FAULTS.get(fault, API_FAULTS[faults.SERVER_ERROR])
+    if fault == faults.REJECTED:
         advice = "Please contact your administrator" + (f" ({detail})." if detail else ".")
     else:
         advice = "Nothing of it was left running; please try again in a minute."
@@ -398,6 +398,17 @@ def api_fault_html(fault: str, *, server_name: str, detail: str = "") -> str:
     """The same message as HTML (the server name and the detail are escaped)."""
     text = html.escape(api_fault_message(fault, server_name=server_name, detail=detail))
     return f'<div class="colocate-message" style="text-align: left">{text}</div>'
+
+
+def api_fault_operator_line(
+    fault: str, exc: BaseException, *, username: str, server_name: str, pod_name: str
+) -> str:
+    """The hub-log line of a spawn the API failed: the fault code and the client's exception."""
+    error = " ".join(str(exc).split())[:300]
+    return (
+        f"colocate api-fault={fault} user={username!r} server={server_name!r} "
+        f"pod={pod_name} error={type(exc).__name__}: {error}"
+    )
 
 
 # --------------------------------------------------------------------------------------------------
