@@ -4,7 +4,7 @@ The imperative shell around the pure core: it reads the state through the live v
 (:mod:`nebari_colocate.view`), calls :func:`nebari_colocate.placement.decide`, and either merges
 the affinity into the pod manifest or refuses the spawn at once with a reason a person can act on.
 
-Where it hooks in (KubeSpawner 7, DESIGN section 3 and 10):
+Where it hooks in (KubeSpawner 7; docs/decisions.md and docs/surfaces.md):
 
 - ``load_user_options()`` runs first in ``KubeSpawner._start``, after the pre_spawn_hook, and
   applies the profile's ``kubespawner_override``, *before* the home PVC is created.  The check
@@ -55,61 +55,21 @@ from .config import (
     check_timeout,
 )
 from .events import FAIL, EventVerdict, classify
+from .faults import REJECTED, KubernetesApiFault, api_fault
 from .fit import requests_any
-from .jupyterhub import JUPYTERHUB_MAJOR, ColocationRefused, uncount_refusal
+from .jupyterhub import (
+    JUPYTERHUB_MAJOR,
+    ColocationRefused,
+    display_name,
+    requested_through_rest_api,
+    uncount_refusal,
+)
+from .locks import UserLocks
 from .objects import SERVERNAME_ANNOTATION, USERNAME_ANNOTATION
 from .placement import REFUSE, SKIP, Decision, Policy, decide, safe_side
 from .view import ClusterView, DirectReader, ViewNotLive, admitted_pod
 
-__all__ = ["JUPYTERHUB_MAJOR", "ColocatingKubeSpawner", "ColocationRefused"]
-
-
-class KubernetesApiFault(RuntimeError):
-    """A spawn the Kubernetes API failed (unreachable, overloaded, erroring, too slow), in words.
-
-    JupyterHub shows ``jupyterhub_message`` / ``jupyterhub_html_message`` instead of the raw client
-    exception; ``fault`` is the code (see ``messages.API_FAULTS``), ``log_message`` the operator
-    line.  The original exception is its ``__cause__`` (and in the hub log).
-    """
-
-    def __init__(self, message: str, html: str, log_message: str, fault: str):
-        super().__init__(message)
-        self.jupyterhub_message = message
-        self.jupyterhub_html_message = html
-        self.log_message = log_message
-        self.fault = fault
-
-
-def api_fault(exc: BaseException) -> tuple[str, str] | None:
-    """(fault code, detail) when ``exc`` is the Kubernetes API failing a spawn, else None.
-
-    KubeSpawner lets these through raw: aiohttp's connection errors while the API server
-    restarts, ``ApiException`` for 429 and 5xx answers, and exponential_backoff's
-    ``TimeoutError("Could not create PVC ...")`` / ``("Could not create pod ...")`` when the API
-    server stops answering (even when the PVC exists).  Its own ``pod ... did not start in N
-    seconds!`` (``start_timeout``) is not an API fault.
-    """
-    import aiohttp
-    from kubernetes_asyncio.client.exceptions import ApiException
-
-    if isinstance(exc, (ColocationRefused, KubernetesApiFault)):
-        return None
-    if isinstance(exc, ApiException):
-        status = exc.status or 0
-        if status == 429:
-            return "overloaded", "HTTP 429"
-        if status >= 500:
-            return "server-error", f"HTTP {status}"
-        if status == 0:
-            return "unreachable", str(exc.reason or "no answer")
-        return "rejected", f"HTTP {status} {exc.reason or ''}".strip()
-    if isinstance(exc, (asyncio.TimeoutError, TimeoutError)):
-        if "did not start in" in str(exc):
-            return None
-        return "timeout", str(exc)
-    if isinstance(exc, (aiohttp.ClientError, ConnectionError)):
-        return "unreachable", f"{type(exc).__name__}: {exc}"
-    return None
+__all__ = ["JUPYTERHUB_MAJOR", "ColocatingKubeSpawner", "ColocationRefused", "KubernetesApiFault"]
 
 
 def _placement_fingerprint(pod: dict) -> str:
@@ -264,8 +224,8 @@ class ColocatingKubeSpawner(KubeSpawner):
         """,
     )
 
-    #: per-user locks: {username: [asyncio.Lock, users]}; class level so all spawners share them
-    _colocation_locks: ClassVar[dict[str, list]] = {}
+    #: per-user locks; class level so all spawners of the hub share them
+    _colocation_locks: ClassVar[UserLocks] = UserLocks()
     #: running sweeps after API faults (strong references: the loop keeps only weak ones)
     _api_fault_sweeps: ClassVar[set] = set()
 
@@ -323,10 +283,10 @@ class ColocatingKubeSpawner(KubeSpawner):
         orm_user = getattr(self.user, "orm_user", None)
         stored = getattr(orm_user, "orm_spawners", None) or {}
         for name, orm_spawner in stored.items():
-            shown = _display_name(orm_spawner)
+            shown = display_name(orm_spawner)
             if shown:
                 names[name or ""] = shown
-        current = _display_name(self)
+        current = display_name(self)
         if current:
             names[self.name or ""] = current
         if not names.get(""):
@@ -355,36 +315,21 @@ class ColocatingKubeSpawner(KubeSpawner):
     async def _acquire_colocation_lock(self) -> None:
         if self._colocation_lock_held:
             return
-        entry = self._colocation_locks.setdefault(self.user.name, [asyncio.Lock(), 0])
-        entry[1] += 1
-        try:
-            await asyncio.wait_for(entry[0].acquire(), timeout=self.k8s_api_request_retry_timeout)
-        except asyncio.TimeoutError:
-            self._drop_lock_user(entry)
+        timeout = self.k8s_api_request_retry_timeout
+        if not await self._colocation_locks.acquire(self.user.name, timeout):
             self.log.warning(
                 "colocate: waited %ss for another spawn of %s; deciding without the lock",
-                self.k8s_api_request_retry_timeout,
+                timeout,
                 self.user.name,
             )
             return
-        except BaseException:
-            self._drop_lock_user(entry)
-            raise
         self._colocation_lock_held = True
-
-    def _drop_lock_user(self, entry: list) -> None:
-        entry[1] -= 1
-        if entry[1] <= 0 and self._colocation_locks.get(self.user.name) is entry:
-            del self._colocation_locks[self.user.name]
 
     def _release_colocation_lock(self) -> None:
         if not self._colocation_lock_held:
             return
         self._colocation_lock_held = False
-        entry = self._colocation_locks.get(self.user.name)
-        if entry is not None:
-            entry[0].release()
-            self._drop_lock_user(entry)
+        self._colocation_locks.release(self.user.name)
 
     async def _release_when_pod_visible(self) -> None:
         """Release the lock once the new pod is in the reflector (or give up after the retry
@@ -529,18 +474,11 @@ class ColocatingKubeSpawner(KubeSpawner):
             "html": refusal.jupyterhub_html_message,
         }
 
-    def _requested_through_rest_api(self) -> bool:
-        try:
-            from jupyterhub.apihandlers.base import APIHandler
-        except ImportError:  # pragma: no cover
-            return False
-        return isinstance(getattr(self, "handler", None), APIHandler)
-
     async def _hold(self, refusal: ColocationRefused) -> None:
         """Keep a REST-requested refused spawn pending for ``refusal_hold_seconds``, with the
         reason in the progress stream, so pages that look again see how it ended."""
         self._remember(refusal)
-        if self.refusal_hold_seconds <= 0 or not self._requested_through_rest_api():
+        if self.refusal_hold_seconds <= 0 or not requested_through_rest_api(self):
             return
         self._held_refusal = refusal
         try:
@@ -657,13 +595,12 @@ class ColocatingKubeSpawner(KubeSpawner):
         self, exc: BaseException, fault: str, detail: str, *, started: float
     ) -> KubernetesApiFault:
         self._release_colocation_lock()
-        log_message = (
-            f"colocate api-fault={fault} user={self.user.name!r} server={self.name!r} "
-            f"pod={self.pod_name} error={type(exc).__name__}: {' '.join(str(exc).split())[:300]}"
+        log_message = messages.api_fault_operator_line(
+            fault, exc, username=self.user.name, server_name=self.name, pod_name=self.pod_name
         )
         self.log.warning(log_message)
         metrics.observe_api_fault(fault)
-        if fault != "rejected":
+        if fault != REJECTED:
             task = asyncio.ensure_future(self._sweep_after_api_fault(self.pod_name, started))
             ColocatingKubeSpawner._api_fault_sweeps.add(task)
             task.add_done_callback(ColocatingKubeSpawner._api_fault_sweeps.discard)
@@ -763,9 +700,8 @@ class ColocatingKubeSpawner(KubeSpawner):
         with contextlib.suppress(BaseException):
             await start_future
         self._release_colocation_lock()
-        log_message = (
-            f"colocate event-verdict=fail reason={verdict.reason} user={self.user.name!r} "
-            f"server={self.name!r} pod={self.pod_name} event={verdict.raw!r}"
+        log_message = messages.event_operator_line(
+            verdict, username=self.user.name, server_name=self.name, pod_name=self.pod_name
         )
         self.log.warning(log_message)
         metrics.observe_event_verdict(verdict.reason or "unknown")
@@ -774,7 +710,7 @@ class ColocatingKubeSpawner(KubeSpawner):
         except Exception:
             self.log.exception("colocate: could not delete pod %s", self.pod_name)
         message, message_html = messages.event_failure(
-            self.name, messages.default_failure(verdict.user_message), self.server_display_names()
+            verdict, self.name, self.server_display_names()
         )
         refusal = ColocationRefused(message, message_html, log_message, event_verdict=verdict)
         self._remember(refusal)
@@ -818,56 +754,25 @@ class ColocatingKubeSpawner(KubeSpawner):
                     "html_message": held.jupyterhub_html_message,
                 }
             verdict = self.classify_events() if self._colocation_decision is not None else None
+            words = messages.event_text(verdict) if verdict is not None else ""
             for event in self.events:
                 uid = (event.get("metadata") or {}).get("uid") or id(event)
                 if uid in seen:
                     continue
                 seen.add(uid)
                 progress += (90 - progress) / 3
-                text = f"[{event.get('type')}] {event.get('message')}"
-                if (
-                    verdict is not None
-                    and verdict.user_message
-                    and event.get("reason") in (PLAIN_LANGUAGE_EVENTS)
-                ):
-                    text = verdict.user_message
+                text = messages.progress_line(event, words)
                 if text == last_text:
                     continue
                 last_text = text
                 yield {"progress": int(progress), "raw_event": event, "message": text}
-            if verdict is not None and verdict.user_message and verdict.user_message != last_text:
-                last_text = verdict.user_message
+            if words and words != last_text:
+                last_text = words
                 yield {"progress": int(progress), "message": last_text}
             if finished:
                 break
             await asyncio.sleep(1)
 
 
-def _display_name(spawner) -> str:
-    """A spawner's (or stored spawner's) display name: ``display_name`` (JupyterHub 6), else
-    ``user_options["display_name"]`` (jhub-apps on JupyterHub 5); "" when neither is a string."""
-    shown = getattr(spawner, "display_name", None)
-    if not isinstance(shown, str) or not shown.strip():
-        options = getattr(spawner, "user_options", None)
-        shown = options.get("display_name") if isinstance(options, dict) else None
-    return shown.strip() if isinstance(shown, str) else ""
-
-
 def _built_by_jhub_apps(cls) -> bool:
     return any(base.__module__.startswith("jhub_apps") for base in cls.__mro__)
-
-
-#: events whose raw message the progress stream replaces with the classifier's plain words
-PLAIN_LANGUAGE_EVENTS = frozenset(
-    {
-        "FailedScheduling",
-        "NotTriggerScaleUp",
-        "TriggeredScaleUp",
-        "Nominated",
-        "FailedAttachVolume",
-        "Failed",
-        "BackOff",
-        "InspectFailed",
-        "ErrImageNeverPull",
-    }
-)
