@@ -18,11 +18,11 @@ from __future__ import annotations
 import copy
 from collections.abc import Mapping
 
-from .objects import HOSTNAME
+from .objects import HOSTNAME, JsonDict, Obj
 from .placement import COLOCATE, SKIP, Decision
 
 
-def colocation_term(label_key: str, label_value: str) -> dict:
+def colocation_term(label_key: str, label_value: str) -> JsonDict:
     """The required pod affinity term that keeps a user's pods on one node."""
     return {
         "labelSelector": {"matchLabels": {label_key: label_value}},
@@ -30,11 +30,11 @@ def colocation_term(label_key: str, label_value: str) -> dict:
     }
 
 
-def node_pin(node_name: str) -> dict:
+def node_pin(node_name: str) -> JsonDict:
     return {"key": "metadata.name", "operator": "In", "values": [node_name]}
 
 
-def selects_on(term: Mapping, label_key: str) -> bool:
+def selects_on(term: Obj, label_key: str) -> bool:
     """Does a pod-affinity term's labelSelector select on ``label_key``?"""
     selector = term.get("labelSelector") if isinstance(term, Mapping) else None
     if not isinstance(selector, Mapping):
@@ -47,7 +47,7 @@ def selects_on(term: Mapping, label_key: str) -> bool:
     )
 
 
-def _drop_terms_on(affinity: dict, label_key: str) -> None:
+def _drop_terms_on(affinity: JsonDict, label_key: str) -> None:
     pod_affinity = affinity.get("podAffinity")
     if not isinstance(pod_affinity, Mapping):
         return
@@ -66,7 +66,7 @@ def _drop_terms_on(affinity: dict, label_key: str) -> None:
         affinity.pop("podAffinity", None)
 
 
-def apply_decision(pod: Mapping, decision: Decision, label_key: str, label_value: str) -> dict:
+def apply_decision(pod: Obj, decision: Decision, label_key: str, label_value: str) -> JsonDict:
     """A copy of ``pod`` labelled for co-location, with the affinity the decision calls for.
 
     Every user pod gets the label (so later pods can find it); only ``colocate`` adds affinity.
