@@ -16,7 +16,7 @@ co-location needed (``skip``) such a term is dropped.
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from .objects import HOSTNAME, JsonDict, Obj
 from .placement import COLOCATE, SKIP, Decision
@@ -34,7 +34,7 @@ def node_pin(node_name: str) -> JsonDict:
     return {"key": "metadata.name", "operator": "In", "values": [node_name]}
 
 
-def selects_on(term: Obj, label_key: str) -> bool:
+def selects_on(term: object, label_key: str) -> bool:
     """Does a pod-affinity term's labelSelector select on ``label_key``?"""
     selector = term.get("labelSelector") if isinstance(term, Mapping) else None
     if not isinstance(selector, Mapping):
@@ -47,14 +47,16 @@ def selects_on(term: Obj, label_key: str) -> bool:
     )
 
 
-def _drop_terms_on(affinity: JsonDict, label_key: str) -> None:
+def drop_pod_affinity_terms(affinity: JsonDict, drop: Callable[[object], bool]) -> bool:
+    """Take the required pod-affinity terms ``drop`` picks out of ``affinity`` (in place; a
+    podAffinity left empty goes too); returns whether any was taken out."""
     pod_affinity = affinity.get("podAffinity")
     if not isinstance(pod_affinity, Mapping):
-        return
-    required = pod_affinity.get("requiredDuringSchedulingIgnoredDuringExecution") or []
-    kept = [t for t in required if not selects_on(t, label_key)]
+        return False
+    required = list(pod_affinity.get("requiredDuringSchedulingIgnoredDuringExecution") or [])
+    kept = [t for t in required if not drop(t)]
     if len(kept) == len(required):
-        return
+        return False
     pod_affinity = dict(pod_affinity)
     if kept:
         pod_affinity["requiredDuringSchedulingIgnoredDuringExecution"] = kept
@@ -64,6 +66,7 @@ def _drop_terms_on(affinity: JsonDict, label_key: str) -> None:
         affinity["podAffinity"] = pod_affinity
     else:
         affinity.pop("podAffinity", None)
+    return True
 
 
 def apply_decision(pod: Obj, decision: Decision, label_key: str, label_value: str) -> JsonDict:
@@ -81,7 +84,7 @@ def apply_decision(pod: Obj, decision: Decision, label_key: str, label_value: st
     spec = manifest.setdefault("spec", {})
     if isinstance(spec.get("affinity"), Mapping):
         spec["affinity"] = dict(spec["affinity"])
-        _drop_terms_on(spec["affinity"], label_key)
+        drop_pod_affinity_terms(spec["affinity"], lambda t: selects_on(t, label_key))
         if not spec["affinity"]:
             del spec["affinity"]
     if decision.verdict != COLOCATE:

@@ -44,7 +44,7 @@ from typing import Any
 
 from traitlets.config import Config
 
-from .affinity import selects_on
+from .affinity import drop_pod_affinity_terms, selects_on
 from .config import ACCESS_MODES, DEFAULT_LABEL_KEY, caseless_choice, check_config
 from .objects import HOSTNAME, USERNAME_LABEL, JsonDict, Obj
 
@@ -242,24 +242,11 @@ def remove_colocation_affinity(c: Config, label_key: str) -> list[str]:
                 removed.append(f"c.{section}.pod_affinity_required")
         if "extra_pod_config" in config and isinstance(config.extra_pod_config, Mapping):
             extra = dict(config.extra_pod_config)
-            affinity = extra.get("affinity")
-            if not isinstance(affinity, Mapping):
+            if not isinstance(extra.get("affinity"), Mapping):
                 continue
-            pod_affinity = affinity.get("podAffinity")
-            if not isinstance(pod_affinity, Mapping):
+            affinity = dict(extra["affinity"])
+            if not drop_pod_affinity_terms(affinity, lambda t: is_colocation_term(t, label_key)):
                 continue
-            terms = list(pod_affinity.get("requiredDuringSchedulingIgnoredDuringExecution") or [])
-            kept = [t for t in terms if not is_colocation_term(t, label_key)]
-            if len(kept) == len(terms):
-                continue
-            pod_affinity = dict(pod_affinity)
-            if kept:
-                pod_affinity["requiredDuringSchedulingIgnoredDuringExecution"] = kept
-            else:
-                pod_affinity.pop("requiredDuringSchedulingIgnoredDuringExecution")
-            affinity = {**affinity, "podAffinity": pod_affinity}
-            if not pod_affinity:
-                del affinity["podAffinity"]
             if affinity:
                 extra["affinity"] = affinity
             else:
