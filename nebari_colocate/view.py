@@ -434,8 +434,10 @@ def _pv_names(pvcs: Iterable[Mapping]) -> set[str]:
 
 def _candidate_nodes(claims_pods: Iterable[Mapping], attachments: Iterable[Mapping]) -> set[str]:
     """Nodes a decision may pin to: of the pods holding the claims, else of attachments."""
-    nodes = {p["spec"]["nodeName"] for p in claims_pods if holds_volume(p)}
-    return nodes or attached_nodes(attachments)
+    nodes = {(p.get("spec") or {}).get("nodeName") for p in claims_pods if holds_volume(p)}
+    if not nodes - {None}:
+        nodes = attached_nodes(attachments)
+    return nodes - {None, ""}
 
 
 # --------------------------------------------------------------------------------------------------
