@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 
 from . import quantity
-from .objects import JsonDict, Obj, is_terminal
+from .objects import JsonDict, Obj, is_terminal, meta, spec
 
 # --------------------------------------------------------------------------------------------------
 # quantities (nebari_colocate.quantity: the API's grammar and bounds, in bounded time)
@@ -82,13 +82,13 @@ def pod_requests(pod: Obj) -> dict[str, int]:
     resources it names.  Sidecars are init containers with ``restartPolicy: Always``.
     Quantities are summed exactly and rounded once per pod, as the scheduler does.
     """
-    spec = pod.get("spec") or {}
+    pod_spec = spec(pod)
     total: dict[str, int] = {}  # nano-units: exact sums of what the API stored
-    for container in spec.get("containers") or []:
+    for container in pod_spec.get("containers") or []:
         _add(total, _container_requests(container))
     sidecars: dict[str, int] = {}
     init_peak: dict[str, int] = {}
-    for container in spec.get("initContainers") or []:
+    for container in pod_spec.get("initContainers") or []:
         requests = _container_requests(container)
         if container.get("restartPolicy") == "Always":
             _add(total, requests)
@@ -100,7 +100,7 @@ def pod_requests(pod: Obj) -> dict[str, int]:
     _max_into(total, init_peak)
     # API defaulting of pod-level requests: an explicit request; else, for a resource the
     # containers request (cpu, memory), their aggregate; else the pod-level limit.
-    pod_resources = spec.get("resources") or {}
+    pod_resources = pod_spec.get("resources") or {}
     pod_level = dict(pod_resources.get("requests") or {})
     for name, value in (pod_resources.get("limits") or {}).items():
         if name not in pod_level and (name not in total or name.startswith("hugepages-")):
@@ -108,7 +108,7 @@ def pod_requests(pod: Obj) -> dict[str, int]:
     for name, value in pod_level.items():
         if _pod_level_resource(name):
             total[name] = quantity.parse_nanos(value)
-    for name, value in (spec.get("overhead") or {}).items():
+    for name, value in (pod_spec.get("overhead") or {}).items():
         total[name] = total.get(name, 0) + quantity.parse_nanos(value)
     return {name: _units(name, value) for name, value in total.items()}
 
@@ -206,7 +206,7 @@ def selector_matches(node_selector: Obj | None, node: Obj) -> bool:
 
 
 def required_node_affinity(pod: Obj) -> Obj | None:
-    affinity = ((pod.get("spec") or {}).get("affinity") or {}).get("nodeAffinity") or {}
+    affinity = (spec(pod).get("affinity") or {}).get("nodeAffinity") or {}
     return affinity.get("requiredDuringSchedulingIgnoredDuringExecution")
 
 
@@ -216,8 +216,8 @@ NODE_SELECTOR = "node-selector"
 
 def node_selector_ok(pod: Obj, node: Obj) -> bool:
     """NodeAffinity filter: ``spec.nodeSelector`` AND the required node affinity."""
-    labels = (node.get("metadata") or {}).get("labels") or {}
-    selector = (pod.get("spec") or {}).get("nodeSelector") or {}
+    labels = meta(node).get("labels") or {}
+    selector = spec(pod).get("nodeSelector") or {}
     if any(labels.get(k) != v for k, v in selector.items()):
         return False
     return selector_matches(required_node_affinity(pod), node)
@@ -249,10 +249,10 @@ TAINT = "taint"
 
 def untolerated_taints(pod: Obj, node: Obj) -> list[JsonDict]:
     """The NoSchedule / NoExecute taints of the node that no toleration of the pod matches."""
-    tolerations = (pod.get("spec") or {}).get("tolerations") or []
+    tolerations = spec(pod).get("tolerations") or []
     return [
         taint
-        for taint in (node.get("spec") or {}).get("taints") or []
+        for taint in spec(node).get("taints") or []
         if taint.get("effect") in ("NoSchedule", "NoExecute")
         and not any(tolerates(t, taint) for t in tolerations)
     ]
@@ -265,9 +265,9 @@ NODE_UNSCHEDULABLE = "node-unschedulable"
 
 def unschedulable(pod: Obj, node: Obj) -> bool:
     """NodeUnschedulable: a cordoned node takes only pods that tolerate the unschedulable taint."""
-    if not (node.get("spec") or {}).get("unschedulable"):
+    if not spec(node).get("unschedulable"):
         return False
-    tolerations = (pod.get("spec") or {}).get("tolerations") or []
+    tolerations = spec(pod).get("tolerations") or []
     return not any(tolerates(t, UNSCHEDULABLE_TAINT) for t in tolerations)
 
 
@@ -342,10 +342,10 @@ def node_usage(
     used: dict[str, int] = {}
     count = 0
     for pod in pods:
-        if (pod.get("spec") or {}).get("nodeName") != node_name or is_terminal(pod):
+        if spec(pod).get("nodeName") != node_name or is_terminal(pod):
             continue
-        meta = pod.get("metadata") or {}
-        if f"{meta.get('namespace')}/{meta.get('name')}" in excluded:
+        pod_meta = meta(pod)
+        if f"{pod_meta.get('namespace')}/{pod_meta.get('name')}" in excluded:
             continue
         count += 1
         _add(used, requests_of(pod))
@@ -376,7 +376,7 @@ def check_fit(
     if result.taints:
         result.reasons.append(TAINT)
 
-    name = (node.get("metadata") or {}).get("name", "")
+    name = meta(node).get("name", "")
     allocatable_raw = (node.get("status") or {}).get("allocatable") or {}
     allocatable = {k: scheduler_units(k, v) for k, v in allocatable_raw.items()}
     if usage is None:
@@ -399,9 +399,9 @@ def check_fit(
 
     # VolumeBinding matches a PV's node affinity against the node's labels only (a node object
     # with no name), so a PV's matchFields constrain nothing there.
-    labels_only = {"metadata": {"labels": (node.get("metadata") or {}).get("labels") or {}}}
+    labels_only = {"metadata": {"labels": meta(node).get("labels") or {}}}
     for pv in bound_pvs:
-        pv_affinity = ((pv.get("spec") or {}).get("nodeAffinity") or {}).get("required")
+        pv_affinity = (spec(pv).get("nodeAffinity") or {}).get("required")
         if pv_affinity is not None and not selector_matches(pv_affinity, labels_only):
             result.reasons.append(VOLUME_NODE_AFFINITY)
             break

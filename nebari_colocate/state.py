@@ -19,7 +19,16 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, cast
 
 from .fit import node_usage, pod_requests
-from .objects import JsonDict, Obj, attached_nodes, attachment_pv, is_terminal, pod_claims, spec
+from .objects import (
+    JsonDict,
+    Obj,
+    attached_nodes,
+    attachment_pv,
+    is_terminal,
+    meta,
+    pod_claims,
+    spec,
+)
 from .validate import InvalidObject, check_objects
 
 if TYPE_CHECKING:  # imported when a file is read: the pure core never needs it
@@ -40,8 +49,7 @@ class StateError(Exception):
 
 
 def _pod_key(pod: Obj, namespace: str) -> str:
-    meta = pod.get("metadata") or {}
-    return f"{meta.get('namespace') or namespace}/{meta.get('name')}"
+    return f"{meta(pod).get('namespace') or namespace}/{meta(pod).get('name')}"
 
 
 class ClusterState:
@@ -115,7 +123,7 @@ class ClusterState:
         by_claim: dict[str, list[Obj]] = {}
         by_node: dict[str, list[Obj]] = {}
         for pod in self.pods:
-            pod_namespace = (pod.get("metadata") or {}).get("namespace") or namespace
+            pod_namespace = meta(pod).get("namespace") or namespace
             for claim in pod_claims(pod):
                 by_claim.setdefault(f"{pod_namespace}/{claim}", []).append(pod)
             node_name = spec(pod).get("nodeName")
@@ -172,11 +180,7 @@ class ClusterState:
     def namespace_pods(self, namespace: str | None = None) -> list[Obj]:
         """The pods of ``namespace`` (default: the snapshot's namespace)."""
         namespace = namespace or self.namespace
-        return [
-            p
-            for p in self.pods
-            if ((p.get("metadata") or {}).get("namespace") or self.namespace) == namespace
-        ]
+        return [p for p in self.pods if (meta(p).get("namespace") or self.namespace) == namespace]
 
     def claims_of(self, namespace: str | None = None) -> dict[str, Obj]:
         """Claim name -> PVC, for the PVCs of ``namespace`` (default: the snapshot's)."""
@@ -226,7 +230,7 @@ class ClusterState:
 
     def bound_pv(self, namespace: str, claim: str) -> Obj | None:
         pvc = self.pvc(namespace, claim)
-        volume = ((pvc or {}).get("spec") or {}).get("volumeName")
+        volume = spec(pvc).get("volumeName")
         return self.pvs.get(volume) if volume else None
 
     @classmethod
@@ -241,12 +245,12 @@ class ClusterState:
         nodes: dict[str, JsonDict] = {}
         for obj in objects:
             kind = obj.get("kind")
-            meta = obj.get("metadata") or {}
-            name = meta.get("name", "")
+            metadata = meta(obj)
+            name = metadata.get("name", "")
             if kind == "Pod":
                 pods.append(dict(obj))
             elif kind == "PersistentVolumeClaim":
-                pvcs[f"{meta.get('namespace') or namespace}/{name}"] = dict(obj)
+                pvcs[f"{metadata.get('namespace') or namespace}/{name}"] = dict(obj)
             elif kind == "PersistentVolume":
                 pvs[name] = dict(obj)
             elif kind == "VolumeAttachment":
