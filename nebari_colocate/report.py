@@ -545,7 +545,8 @@ def audit_report(
 
 
 def _stranded_pods(live: list[Obj], snapshot: ClusterState, policy: Policy) -> list[JsonDict]:
-    """User pods on premium nodes that request no premium resource (failure mode 2).
+    """User pods on premium nodes that request no premium resource (``docs/failure-modes.md``,
+    "2. GPU node kept alive").
 
     Without Node access a node counts as premium only when a pod of the namespace bound to it
     requests a premium resource (so a pod left alone there is not found).
