@@ -33,9 +33,8 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
-from typing import Any
 
-from .objects import GPU_RESOURCES
+from .objects import GPU_RESOURCES, Obj
 
 WAIT, FAIL = "wait", "fail"
 
@@ -63,8 +62,6 @@ NO_NODE_YET = "no-node-yet"  # unschedulable, within the grace
 RETRYING_PULL = "retrying-pull"  # the image pull fails, within the grace
 PROGRESS = "progress"  # nothing wrong: the latest ordinary event (``event``), if any
 WAIT_CODES = (SCALING_UP, NO_NODE_YET, RETRYING_PULL, PROGRESS)
-
-Json = Mapping[str, Any]
 
 
 @dataclass(frozen=True)
@@ -326,7 +323,7 @@ class _Event:
     order: datetime  # sort key: ``last``, or the previous event's key when it has no time
 
 
-def _normalise(events: Sequence[Json]) -> list[_Event]:
+def _normalise(events: Sequence[Obj]) -> list[_Event]:
     """Events in time order, tolerating missing fields (see the comments inside)."""
     out: list[_Event] = []
     carried = _EPOCH
@@ -681,7 +678,7 @@ def _progress(events: list[_Event]) -> EventVerdict:
 
 
 def classify(
-    events: Sequence[Json],
+    events: Sequence[Obj],
     *,
     pinned_node: str | None,
     now: datetime,
@@ -716,6 +713,6 @@ def classify(
     return scheduling or images or _progress(ordered)
 
 
-def told_in_words(event: Json) -> bool:
+def told_in_words(event: Obj) -> bool:
     """Whether the spawn page shows the verdict's words instead of this event's raw message."""
     return event.get("reason") in PLAIN_LANGUAGE_EVENTS
