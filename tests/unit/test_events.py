@@ -1129,6 +1129,27 @@ def test_every_code_has_words_and_every_progress_event_too() -> None:
         assert messages.event_text(EventVerdict(WAIT, PROGRESS, "raw", event=event)), event
 
 
+def test_every_fragment_cause_has_words() -> None:
+    from nebari_colocate import events
+
+    causes = {v for k, v in vars(events).items() if k.startswith("FRAGMENT_")}
+    for cause in causes - {events.FRAGMENT_INSUFFICIENT}:
+        fragment = events.Fragment(1, cause, "as the scheduler wrote it")
+        assert messages.fragment_words(fragment) != "as the scheduler wrote it", cause
+    gpu = events.read_fragment("Insufficient amd.com/gpu")
+    assert messages.fragment_words(gpu) == "not enough free GPUs"
+
+
+def test_the_operator_line_keeps_the_raw_event() -> None:
+    verdict = classify([scheduler(CPU_FULL, 0)], pinned_node="cpu-1", now=T0)
+    assert messages.event_operator_line(
+        verdict, username="alice", server_name="", pod_name="jupyter-alice"
+    ) == (
+        f"colocate event-verdict=fail reason=unschedulable-pinned user='alice' server='' "
+        f"pod=jupyter-alice event={CPU_FULL!r}"
+    )
+
+
 def test_verdict_is_immutable() -> None:
     verdict = classify([], pinned_node=None, now=T0)
     assert verdict == EventVerdict(WAIT, PROGRESS)
