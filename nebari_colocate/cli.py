@@ -244,7 +244,7 @@ def simulate(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(decision.as_json(text), sort_keys=False))
         return 0
-    for line in report.outcome_lines(decision, text):
+    for line in messages.outcome_lines(decision, text):
         print(line)
     print(messages.operator_line(decision, username=username, server_name=server))
     return 0

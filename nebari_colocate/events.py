@@ -20,9 +20,10 @@ hides the reason from the person on the spawn page:
   for ``unschedulable_grace_seconds``.
 - ``image-pull``: the image has failed to download for ``image_pull_grace_seconds``.
 
-Messages are matched on the stable prefixes and fragments listed in DESIGN section 9 (taken from
-the upstream sources); the raw message is kept for the operator log.  Everything else waits, with
-plain progress text where there is something to say.
+Messages are matched on the stable prefixes and fragments listed in docs/troubleshooting.md ("The
+Kubernetes event messages", taken from the upstream sources); the raw message is kept for the
+operator log.  Everything else waits, with a code saying what for.  A verdict is codes and facts,
+as a placement ``Decision`` is; :func:`nebari_colocate.messages.event_text` writes its words.
 """
 
 from __future__ import annotations
@@ -33,9 +34,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
-from . import messages
-from .messages import server_label
-from .objects import GPU_RESOURCES
+from .objects import GPU_RESOURCES, Obj
 
 WAIT, FAIL = "wait", "fail"
 
@@ -57,20 +56,55 @@ EVENT_REASON_CODES = (
     IMAGE_PULL,
 )
 
+# What a waiting verdict waits for.
+SCALING_UP = "scaling-up"  # an autoscaler adds a node (or Karpenter nominated one)
+NO_NODE_YET = "no-node-yet"  # unschedulable, within the grace
+RETRYING_PULL = "retrying-pull"  # the image pull fails, within the grace
+PROGRESS = "progress"  # nothing wrong: the latest ordinary event (``event``), if any
+WAIT_CODES = (SCALING_UP, NO_NODE_YET, RETRYING_PULL, PROGRESS)
+
+
+@dataclass(frozen=True)
+class Fragment:
+    """One reason of a kube-scheduler FitError or a cluster-autoscaler refusal, read."""
+
+    count: int | None  # nodes the scheduler counted for it; None without one (or not kept)
+    cause: str | None  # one of the FRAGMENT_* codes; None for a reason not understood
+    text: str  # the fragment as the component wrote it, without its count
+    resource: str = ""  # the resource of an ``Insufficient <resource>`` fragment
+
 
 @dataclass(frozen=True)
 class EventVerdict:
-    """What the spawner should do now, and the words for the person and the operator."""
+    """What the spawner should do now (``action``), why (``code``) and the facts behind it.
 
-    action: str  # "wait" | "fail"
-    reason: str | None  # one of EVENT_REASON_CODES when failing; None when waiting
-    user_message: str  # spawn-page text (fail) or progress text (wait); "" if nothing to say
-    raw: str  # the raw event message that decided it ("" if none), for the operator log
-    holders: tuple[str, ...] = ()  # pod names parsed from a Multi-Attach message
-    causes: tuple[str, ...] = ()  # Karpenter cause codes (KARPENTER_*) of a no-scale-up verdict
+    The words for the person are :func:`nebari_colocate.messages.event_text`'s; ``raw`` is for
+    the operator log.
+    """
+
+    action: str  # WAIT | FAIL
+    code: str  # FAIL: one of EVENT_REASON_CODES; WAIT: one of WAIT_CODES
+    raw: str = ""  # the raw event message that decided it ("" if none)
+    node: str | None = None  # UNSCHEDULABLE_PINNED: the node the pod is pinned to
+    fragments: tuple[Fragment, ...] = ()  # the scheduler's or cluster-autoscaler's reasons
+    grace: float = 0.0  # UNSCHEDULABLE, IMAGE_PULL: the grace that ran out (seconds)
+    causes: tuple[str, ...] = ()  # NO_SCALE_UP: KARPENTER_*; IMAGE_*: IMAGE_CAUSES
+    requests: tuple[tuple[str, str], ...] = ()  # NO_SCALE_UP: the requests Karpenter quoted
+    holders: tuple[str, ...] = ()  # MULTI_ATTACH: pod names parsed from the message
+    servers: tuple[str, ...] = ()  # MULTI_ATTACH: the user's own among them, as the user
+    #                                knows them ("" the default server), default first
+    others: int = 0  # MULTI_ATTACH: the other pods using the volume (counted, never named)
+    image: str | None = None  # IMAGE_*, RETRYING_PULL: the image, when the event names it
+    gpu: bool = False  # SCALING_UP: the pod asks for a GPU
+    event: str = ""  # PROGRESS: the reason of the latest ordinary event ("" if none)
+
+    @property
+    def reason(self) -> str | None:
+        """The reason code of a failing verdict; None while waiting."""
+        return self.code if self.action == FAIL else None
 
 
-# --- upstream message formats (DESIGN section 9) ---------------------------------------------
+# --- upstream message formats (docs/troubleshooting.md) --------------------------------------
 
 # kube-scheduler FitError: "0/N nodes are available: <count> <reason>, ... ." then an optional
 # " preemption: ..." (or, with DRA, " no new claims to deallocate, preemption: ...").
@@ -105,37 +139,51 @@ PULL_BACKOFF_PREFIX = "Back-off pulling image"
 DEFAULT_TAG_FAILED_PREFIX = "Failed to apply default image tag"
 _IMAGE = re.compile(r'image(?: tag)? "([^"]+)"')
 
-_RESOURCE_WORDS = {
-    "cpu": "CPU",
-    "memory": "memory",
-    "ephemeral-storage": "local disk",
-    "nvidia.com/gpu": "GPUs",
-    "amd.com/gpu": "GPUs",
-}
 
-# Scheduler (and cluster-autoscaler) reason fragments -> words; the first match wins, so the more
-# specific fragments come first.  Anything unknown is shown as the scheduler wrote it.
-_FRAGMENT_WORDS: tuple[tuple[str, str], ...] = (
-    ("ReadWriteOncePod", "its volume allows a single pod, and another pod uses it"),
-    ("didn't satisfy plugin(s)", "ruled out by a pin to one node"),
-    ("didn't match pod anti-affinity rules", "kept apart from other pods (anti-affinity)"),
-    ("didn't match pod affinity rules", "not the node your other servers run on"),
-    ("didn't match Pod's node affinity/selector", "not the kind of node this server asks for"),
-    ("untolerated taint", "reserved by a taint this server does not tolerate"),
-    ("that the pod didn't tolerate", "reserved by a taint this server does not tolerate"),
-    ("were unschedulable", "cordoned (closed to new servers)"),
-    ("Too many pods", "already running as many pods as it may"),
-    ("PersistentVolume's node affinity", "unable to reach the storage volume"),
-    ("volume node affinity conflict", "unable to reach the storage volume"),
-    ("didn't have free ports", "the port this server needs is taken"),
-    ("topology spread constraints", "would break a spread constraint"),
-    ("exceed max volume count", "no room for more volumes"),
-    ("unbound immediate PersistentVolumeClaims", "its storage volume is not ready yet"),
-    # cluster-autoscaler NotTriggerScaleUp fragments (counts there are node groups)
-    ("max node group size reached", "the node groups that fit are at their maximum size"),
-    ("in backoff after failed scale-up", "a recent attempt to add such a node failed"),
-    ("limit reached", "the cluster has reached its size limit"),
-    ("not ready for scale-up", "the node group is not ready to grow"),
+# Scheduler (and cluster-autoscaler) reason fragments -> cause codes; the first match wins, so the
+# more specific fragments come first.  ``Insufficient <resource>`` is FRAGMENT_INSUFFICIENT with
+# its resource; anything else is None, shown as the component wrote it.
+FRAGMENT_INSUFFICIENT = "insufficient"
+FRAGMENT_SINGLE_POD_VOLUME = "single-pod-volume"
+FRAGMENT_PINNED_ELSEWHERE = "pinned-elsewhere"
+FRAGMENT_ANTI_AFFINITY = "anti-affinity"
+FRAGMENT_POD_AFFINITY = "pod-affinity"
+FRAGMENT_NODE_SELECTOR = "node-selector"
+FRAGMENT_TAINT = "taint"
+FRAGMENT_CORDONED = "cordoned"
+FRAGMENT_TOO_MANY_PODS = "too-many-pods"
+FRAGMENT_VOLUME_NODE_AFFINITY = "volume-node-affinity"
+FRAGMENT_PORTS = "ports"
+FRAGMENT_SPREAD = "topology-spread"
+FRAGMENT_VOLUME_COUNT = "volume-count"
+FRAGMENT_UNBOUND_CLAIM = "unbound-claim"
+# cluster-autoscaler NotTriggerScaleUp fragments (counts there are node groups)
+FRAGMENT_MAX_SIZE = "max-node-group-size"
+FRAGMENT_BACKOFF = "scale-up-backoff"
+FRAGMENT_LIMIT = "cluster-limit"
+FRAGMENT_NOT_READY = "node-group-not-ready"
+# The fragments about the nodes the pin excluded before any filter ran.
+_OTHER_NODES = "didn't satisfy plugin(s)"
+_FRAGMENT_CAUSES: tuple[tuple[str, str], ...] = (
+    ("ReadWriteOncePod", FRAGMENT_SINGLE_POD_VOLUME),
+    (_OTHER_NODES, FRAGMENT_PINNED_ELSEWHERE),
+    ("didn't match pod anti-affinity rules", FRAGMENT_ANTI_AFFINITY),
+    ("didn't match pod affinity rules", FRAGMENT_POD_AFFINITY),
+    ("didn't match Pod's node affinity/selector", FRAGMENT_NODE_SELECTOR),
+    ("untolerated taint", FRAGMENT_TAINT),
+    ("that the pod didn't tolerate", FRAGMENT_TAINT),
+    ("were unschedulable", FRAGMENT_CORDONED),
+    ("Too many pods", FRAGMENT_TOO_MANY_PODS),
+    ("PersistentVolume's node affinity", FRAGMENT_VOLUME_NODE_AFFINITY),
+    ("volume node affinity conflict", FRAGMENT_VOLUME_NODE_AFFINITY),
+    ("didn't have free ports", FRAGMENT_PORTS),
+    ("topology spread constraints", FRAGMENT_SPREAD),
+    ("exceed max volume count", FRAGMENT_VOLUME_COUNT),
+    ("unbound immediate PersistentVolumeClaims", FRAGMENT_UNBOUND_CLAIM),
+    ("max node group size reached", FRAGMENT_MAX_SIZE),
+    ("in backoff after failed scale-up", FRAGMENT_BACKOFF),
+    ("limit reached", FRAGMENT_LIMIT),
+    ("not ready for scale-up", FRAGMENT_NOT_READY),
 )
 
 # Karpenter 1.15 "Failed to schedule pod, <why>": <why> joins one reason per NodePool with "; "
@@ -164,16 +212,41 @@ _KARPENTER_CAUSES: tuple[tuple[str, str], ...] = (
 KARPENTER_SKIPS_PINNED = "node selector term with matchFields is not supported"
 _KARPENTER_RESOURCES = re.compile(r"resources=(\{[^{}]*\})")
 
-# Progress text for ordinary events (the spawner shows it while waiting).
-_PROGRESS = {
-    "Scheduled": "Assigned to a node",
-    "SuccessfulAttachVolume": "Storage volume attached",
-    "FailedMount": "Waiting for the storage volume to be mounted",
-    "Pulling": "Downloading the server image",
-    "Pulled": "Server image ready",
-    "Created": "Server container created",
-    "Started": "Server container started",
-}
+#: Ordinary events that say how far a start got: the latest is a PROGRESS verdict's ``event``.
+PROGRESS_EVENTS = frozenset(
+    {
+        "Scheduled",
+        "SuccessfulAttachVolume",
+        "FailedMount",
+        "Pulling",
+        "Pulled",
+        "Created",
+        "Started",
+    }
+)
+
+#: Events whose raw message the spawn page replaces with the verdict's plain words (the events
+#: the rules below read).
+PLAIN_LANGUAGE_EVENTS = frozenset(
+    {
+        "FailedScheduling",
+        "NotTriggerScaleUp",
+        "TriggeredScaleUp",
+        "Nominated",
+        "FailedAttachVolume",
+        "Failed",
+        "BackOff",
+        "InspectFailed",
+        "ErrImageNeverPull",
+    }
+)
+
+# Why an image cannot be used (IMAGE_INVALID) or downloaded (IMAGE_PULL): the verdict's causes.
+IMAGE_NEVER_PULL = "never-pull"  # absent from the node, and the pull policy is Never
+IMAGE_BAD_NAME = "bad-name"  # the reference cannot be parsed
+PULL_NOT_FOUND = "not-found"  # the registry has no such image
+PULL_DENIED = "denied"  # the registry refused access
+IMAGE_CAUSES = (IMAGE_NEVER_PULL, IMAGE_BAD_NAME, PULL_NOT_FOUND, PULL_DENIED)
 
 # Events only a bound pod gets (kubelet, attach/detach controller): they end a scheduling episode
 # even when the reflector missed the ``Scheduled`` event itself.
@@ -250,7 +323,7 @@ class _Event:
     order: datetime  # sort key: ``last``, or the previous event's key when it has no time
 
 
-def _normalise(events: Sequence[Mapping]) -> list[_Event]:
+def _normalise(events: Sequence[Obj]) -> list[_Event]:
     """Events in time order, tolerating missing fields (see the comments inside)."""
     out: list[_Event] = []
     carried = _EPOCH
@@ -284,33 +357,20 @@ def _normalise(events: Sequence[Mapping]) -> list[_Event]:
     return sorted(out, key=lambda e: e.order)
 
 
-# --- text helpers ----------------------------------------------------------------------------
+# --- reading the messages --------------------------------------------------------------------
 
 
-def _join(items: Sequence[str]) -> str:
-    if len(items) <= 1:
-        return "".join(items)
-    return ", ".join(items[:-1]) + " and " + items[-1]
-
-
-def _plural(count: int, word: str) -> str:
-    return f"{count} {word}" if count == 1 else f"{count} {word}s"
-
-
-def _unique(items: list[str]) -> list[str]:
+def _unique(items: Sequence[str]) -> list[str]:
     return list(dict.fromkeys(items))
 
 
-def fragment_words(fragment: str) -> str:
-    """Plain words for one scheduler or cluster-autoscaler reason fragment (without its count)."""
+def read_fragment(fragment: str, count: int | None = None) -> Fragment:
+    """The cause of one scheduler or cluster-autoscaler reason fragment (without its count)."""
     m = _INSUFFICIENT.search(fragment)
     if m:
-        resource = m.group(1)
-        return f"not enough free {_RESOURCE_WORDS.get(resource, resource)}"
-    for needle, words in _FRAGMENT_WORDS:
-        if needle in fragment:
-            return words
-    return fragment.strip()
+        return Fragment(count, FRAGMENT_INSUFFICIENT, fragment, m.group(1))
+    cause = next((code for needle, code in _FRAGMENT_CAUSES if needle in fragment), None)
+    return Fragment(count, cause, fragment)
 
 
 def fit_error_fragments(message: str) -> list[tuple[int | None, str]] | None:
@@ -339,7 +399,11 @@ def fit_error_fragments(message: str) -> list[tuple[int | None, str]] | None:
     return pairs
 
 
-def _autoscaler_fragments(message: str) -> list[str]:
+def _fit_error(message: str) -> tuple[Fragment, ...]:
+    return tuple(read_fragment(f, count) for count, f in fit_error_fragments(message) or [])
+
+
+def _autoscaler_fragments(message: str) -> tuple[Fragment, ...]:
     """Reason fragments of a NotTriggerScaleUp message, counts dropped (they count node groups)."""
     _, _, tail = message.partition(":")
     fragments = []
@@ -347,7 +411,7 @@ def _autoscaler_fragments(message: str) -> list[str]:
         part = part.strip()
         counted = _COUNTED.match(part)
         fragments.append(counted.group(2) if counted else part)
-    return [f for f in fragments if f]
+    return tuple(read_fragment(f) for f in fragments if f)
 
 
 def _wants_gpu(message: str) -> bool:
@@ -450,49 +514,16 @@ def _scheduling_episode(events: list[_Event]) -> _Scheduling:
 def _pinned_verdict(node: str, ev: _Event) -> EventVerdict:
     # The fragments about other nodes ("didn't satisfy plugin(s) [NodeAffinity]": excluded by
     # the pin before any filter ran) say nothing about the pinned node, so they are dropped.
-    fragments = fit_error_fragments(ev.message) or []
-    words = _unique(
-        [fragment_words(f) for _, f in fragments if "didn't satisfy plugin(s)" not in f]
-    )
-    why = "; ".join(words) or "the scheduler found no room there"
-    text = (
-        f"This server cannot start on node {node}, where your storage volume is attached: "
-        f"{why}. A new node cannot help, because the volume can be attached to only one node "
-        "at a time. Stop your other servers that use the volume, or choose a profile that fits "
-        f"on node {node}."
-    )
-    return EventVerdict(FAIL, UNSCHEDULABLE_PINNED, text, ev.message)
+    fragments = tuple(f for f in _fit_error(ev.message) if _OTHER_NODES not in f.text)
+    return EventVerdict(FAIL, UNSCHEDULABLE_PINNED, ev.message, node=node, fragments=fragments)
 
 
 def _no_scale_up_verdict(ev: _Event) -> EventVerdict:
     causes = _karpenter_final(ev)
     if causes:
-        text = messages.karpenter_refusal_text(causes, karpenter_requests(ev.message))
-        return EventVerdict(FAIL, NO_SCALE_UP, text, ev.message, causes=causes)
-    words = _unique([fragment_words(f) for f in _autoscaler_fragments(ev.message)])
-    return EventVerdict(FAIL, NO_SCALE_UP, messages.no_scale_up_text(words), ev.message)
-
-
-def _scheduler_summary(ev: _Event) -> str:
-    fragments = fit_error_fragments(ev.message)
-    if fragments is None:
-        return ""
-    parts = []
-    for count, fragment in fragments:
-        words = fragment_words(fragment)
-        parts.append(f"{_plural(count, 'node')}: {words}" if count is not None else words)
-    return "; ".join(_unique(parts))
-
-
-def _unschedulable_verdict(ev: _Event, grace: float) -> EventVerdict:
-    summary = _scheduler_summary(ev)
-    why = f" ({summary})" if summary else ""
-    text = (
-        f"No node can run this server{why}, and none became free within {grace:g} seconds. "
-        "Choose a smaller profile or try again later; if this keeps happening, tell your "
-        "administrator."
-    )
-    return EventVerdict(FAIL, UNSCHEDULABLE, text, ev.message)
+        requests = tuple(karpenter_requests(ev.message).items())
+        return EventVerdict(FAIL, NO_SCALE_UP, ev.message, causes=causes, requests=requests)
+    return EventVerdict(FAIL, NO_SCALE_UP, ev.message, fragments=_autoscaler_fragments(ev.message))
 
 
 def _schedule(
@@ -518,22 +549,18 @@ def _schedule(
         # A hint only (Karpenter's Nominated names where it expects the pod to go; the
         # scheduler may bind it elsewhere): keep waiting.
         gpu = wants_gpu or any(_wants_gpu(ev.message) for ev in episode.failures)
-        text = messages.scale_up_text(gpu=gpu)
-        return EventVerdict(WAIT, None, text, episode.positive.message)
+        return EventVerdict(WAIT, SCALING_UP, episode.positive.message, gpu=gpu)
 
     if not episode.failures:
         return None
     latest = fit_errors[-1] if fit_errors else episode.failures[-1]
+    fragments = _fit_error(latest.message)
     starts = [ev.first for ev in episode.failures if ev.first]
     # grace <= 0 waits for ever (start_timeout still ends it); so does an episode whose start
     # is unknown, rather than fail on a guess.
     if grace > 0 and starts and (now - min(starts)).total_seconds() >= grace:
-        return _unschedulable_verdict(latest, grace)
-    summary = _scheduler_summary(latest)
-    text = "Waiting for a node that can run this server"
-    if summary:
-        text += f" ({summary})"
-    return EventVerdict(WAIT, None, text, latest.message)
+        return EventVerdict(FAIL, UNSCHEDULABLE, latest.message, fragments=fragments, grace=grace)
+    return EventVerdict(WAIT, NO_NODE_YET, latest.message, fragments=fragments)
 
 
 def _multi_attach(
@@ -564,27 +591,9 @@ def _multi_attach(
     # Only the user's own servers are named; any other pod is only counted.
     mine = sorted({own[n] for n in names if n in own}, key=lambda s: (s != "", s))
     others += sum(1 for n in names if n not in own)
-    users = [server_label(s) for s in mine]
-    if others:
-        users.append(f"{others} other server{'s' if others != 1 else ''}")
-    if users:
-        # Advise stopping only what the user can stop: their own servers.
-        if mine:
-            advice = f"Stop {_join([server_label(s) for s in mine])}, then start this one again."
-        else:
-            advice = "Try again once it is free, or ask your administrator."
-        text = (
-            "This server cannot start: its storage volume is attached to another node, where it "
-            f"is in use by {_join(users)}. The volume can be attached to only one node at a "
-            f"time. {advice}"
-        )
-    else:
-        text = (
-            "This server cannot start: its storage volume is still attached to another node "
-            "(a server that used it may still be shutting down). Try again in a minute, or stop "
-            "your other servers first."
-        )
-    return EventVerdict(FAIL, MULTI_ATTACH, text, ev.message, names)
+    return EventVerdict(
+        FAIL, MULTI_ATTACH, ev.message, holders=names, servers=tuple(mine), others=others
+    )
 
 
 def _image_name(message: str) -> str | None:
@@ -613,13 +622,14 @@ def _is_pull_failure(ev: _Event) -> bool:
     )
 
 
-def _pull_hint(raw: str) -> str:
+def _pull_causes(raw: str) -> tuple[str, ...]:
+    """Why the registry would not give the image, when its error says so."""
     lowered = raw.lower()
     if "not found" in lowered or "manifest unknown" in lowered:
-        return " (the image was not found)"
+        return (PULL_NOT_FOUND,)
     if any(w in lowered for w in ("unauthorized", "denied", "forbidden", "401", "403")):
-        return " (access to the image was denied)"
-    return ""
+        return (PULL_DENIED,)
+    return ()
 
 
 def _images(events: list[_Event], now: datetime, grace: float) -> EventVerdict | None:
@@ -630,19 +640,9 @@ def _images(events: list[_Event], now: datetime, grace: float) -> EventVerdict |
     for ev in events:
         image = _image_name(ev.message)
         if _is_invalid_image(ev):
-            shown = f' "{image}"' if image else ""
-            if ev.reason == "ErrImageNeverPull" or "ErrImageNeverPull" in ev.message:
-                why = (
-                    f"its image{shown} is not on the node, and the image pull policy forbids "
-                    "downloading it"
-                )
-            else:
-                why = f"its image name{shown} is not valid"
-            text = (
-                f"This server cannot start: {why}. Choose a different profile, or ask your "
-                "administrator."
-            )
-            return EventVerdict(FAIL, IMAGE_INVALID, text, ev.message)
+            never = ev.reason == "ErrImageNeverPull" or "ErrImageNeverPull" in ev.message
+            cause = IMAGE_NEVER_PULL if never else IMAGE_BAD_NAME
+            return EventVerdict(FAIL, IMAGE_INVALID, ev.message, causes=(cause,), image=image)
         if _is_pull_failure(ev):
             previous = troubles.get(image)
             starts = [t for t in (previous[0] if previous else None, ev.first) if t]
@@ -664,27 +664,21 @@ def _images(events: list[_Event], now: datetime, grace: float) -> EventVerdict |
         troubles.items(),
         key=lambda kv: (kv[0] is None, kv[1][0] or datetime.max.replace(tzinfo=timezone.utc)),
     )
-    shown = f' "{image}"' if image else ""
     if grace > 0 and start and (now - start).total_seconds() >= grace:
-        text = (
-            f"This server cannot start: its image{shown} could not be downloaded for "
-            f"{grace:g} seconds{_pull_hint(ev.message)}. Choose a different profile, or ask "
-            "your administrator."
-        )
-        return EventVerdict(FAIL, IMAGE_PULL, text, ev.message)
-    return EventVerdict(WAIT, None, f"Retrying the download of image{shown}", ev.message)
+        causes = _pull_causes(ev.message)
+        return EventVerdict(FAIL, IMAGE_PULL, ev.message, grace=grace, causes=causes, image=image)
+    return EventVerdict(WAIT, RETRYING_PULL, ev.message, image=image)
 
 
 def _progress(events: list[_Event]) -> EventVerdict:
     for ev in reversed(events):
-        text = _PROGRESS.get(ev.reason)
-        if text:
-            return EventVerdict(WAIT, None, text, ev.message)
-    return EventVerdict(WAIT, None, "", "")
+        if ev.reason in PROGRESS_EVENTS:
+            return EventVerdict(WAIT, PROGRESS, ev.message, event=ev.reason)
+    return EventVerdict(WAIT, PROGRESS)
 
 
 def classify(
-    events: Sequence[Mapping],
+    events: Sequence[Obj],
     *,
     pinned_node: str | None,
     now: datetime,
@@ -700,11 +694,11 @@ def classify(
     not pinned).  ``now`` is the current time (naive means UTC).  A grace of 0 (or less) disables
     the rule it belongs to: the spawn then waits for ``start_timeout``.  ``own_servers`` maps the
     user's own pod names to server names (``""`` is the default server); only those are named in
-    the text, other pods are counted.  ``wants_gpu``: the pod requests a GPU (the scheduler's
+    the words, other pods are counted.  ``wants_gpu``: the pod requests a GPU (the scheduler's
     message may not say so when another filter rejected every node first).
 
     Fail-at-once rules come first (pinned and unschedulable, autoscaler refusal, Multi-Attach,
-    invalid image), then the grace rules (unschedulable, image pull), then progress text.
+    invalid image), then the grace rules (unschedulable, image pull), then progress.
     """
     now = _aware(now)
     ordered = _normalise(events)
@@ -715,5 +709,10 @@ def classify(
 
     failures = [v for v in (scheduling, attach, images) if v and v.action == FAIL]
     if failures:
-        return min(failures, key=lambda v: EVENT_REASON_CODES.index(v.reason or ""))
+        return min(failures, key=lambda v: EVENT_REASON_CODES.index(v.code))
     return scheduling or images or _progress(ordered)
+
+
+def told_in_words(event: Obj) -> bool:
+    """Whether the spawn page shows the verdict's words instead of this event's raw message."""
+    return event.get("reason") in PLAIN_LANGUAGE_EVENTS

@@ -1,4 +1,5 @@
-"""What differs between JupyterHub 5 and 6: the refusal exception and failure accounting.
+"""What differs between JupyterHub 5 and 6: the refusal exception, failure accounting and
+display names.
 
 See ``docs/jupyterhub-versions.md``.
 
@@ -13,12 +14,20 @@ See ``docs/jupyterhub-versions.md``.
   ``user.settings``) and stops the hub at the limit.
   :func:`uncount_refusal` takes one off just before a refusal is raised, so the callback brings the
   count back to where it was: refusals are not counted, real failures still are.
+- Display names: JupyterHub 6 has ``Spawner.display_name``; on JupyterHub 5 jhub-apps keeps the
+  app's name in ``user_options["display_name"]`` (:func:`display_name` reads either).
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 import jupyterhub
 from tornado import web
+
+if TYPE_CHECKING:
+    from .events import EventVerdict
+    from .placement import Decision
 
 JUPYTERHUB_MAJOR = int(jupyterhub.__version__.split(".")[0])
 #: JupyterHub itself leaves refusals (4xx, SpawnException) out of consecutive_failure_limit
@@ -30,56 +39,51 @@ except ImportError:  # JupyterHub 5
     _SpawnException = None
 
 
-if _SpawnException is not None:
+#: the refusal's base: what JupyterHub shows a 400 with words from
+_RefusalBase: Any = _SpawnException if _SpawnException is not None else web.HTTPError
 
-    class ColocationRefused(_SpawnException):
-        """A spawn refused by the co-location check or ended by a hopeless pod event.
 
-        JupyterHub 6: a SpawnException with status 400, which does not count toward
-        ``consecutive_failure_limit``.  ``decision`` is set for pre-spawn refusals,
-        ``event_verdict`` for spawns ended by pod events.
-        """
+class ColocationRefused(_RefusalBase):  # type: ignore[misc]  # JupyterHub ships no types
+    """A spawn refused by the co-location check or ended by a hopeless pod event.
 
-        def __init__(
-            self, message: str, html: str, log_message: str, *, decision=None, event_verdict=None
-        ):
+    JupyterHub 6: a SpawnException with status 400, which does not count toward
+    ``consecutive_failure_limit``.  JupyterHub 5: a 400 HTTPError carrying ``jupyterhub_message``
+    / ``jupyterhub_html_message``; its REST API answers with ``log_message % args`` and ignores
+    ``jupyterhub_message``, so the HTTPError's own message is the user text (it never names
+    another user's pods).  The operator line is kept in ``operator_line``.  ``decision`` is set
+    for pre-spawn refusals, ``event_verdict`` for spawns ended by pod events.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        html: str,
+        log_message: str,
+        *,
+        decision: Decision | None = None,
+        event_verdict: EventVerdict | None = None,
+    ) -> None:
+        if _SpawnException is not None:
             super().__init__(
                 message, reason="colocation", log_message=log_message, message_html=html
             )
-            self.operator_line = log_message
-            self.decision = decision
-            self.event_verdict = event_verdict
-            self.jupyterhub_message = message
-            self.jupyterhub_html_message = html
-
-else:  # pragma: no cover - exercised on JupyterHub 5
-
-    class ColocationRefused(web.HTTPError):
-        """A spawn refused by the co-location check or ended by a hopeless pod event.
-
-        JupyterHub 5: a 400 HTTPError carrying ``jupyterhub_message`` / ``jupyterhub_html_message``.
-        JupyterHub 5's REST API answers with ``log_message % args`` and ignores
-        ``jupyterhub_message``, so the HTTPError's own message is the user text (it never names
-        another user's pods); the operator line is kept in ``operator_line``.
-        """
-
-        def __init__(
-            self, message: str, html: str, log_message: str, *, decision=None, event_verdict=None
-        ):
+        else:  # pragma: no cover - exercised on JupyterHub 5
             super().__init__(400, "%s", message, reason="colocation")
-            self.decision = decision
-            self.event_verdict = event_verdict
             self.message = message
             self.message_html = html
-            self.operator_line = log_message
-            self.jupyterhub_message = message
-            self.jupyterhub_html_message = html
+        self.operator_line = log_message
+        self.decision = decision
+        self.event_verdict = event_verdict
+        self.jupyterhub_message = message
+        self.jupyterhub_html_message = html
 
-        def __str__(self) -> str:
-            return f"400 ColocationRefused: {self.operator_line}"
+    def __str__(self) -> str:
+        if _SpawnException is not None:
+            return str(super().__str__())
+        return f"400 ColocationRefused: {self.operator_line}"  # pragma: no cover - JupyterHub 5
 
 
-def uncount_refusal(spawner) -> bool:
+def uncount_refusal(spawner: Any) -> bool:
     """On JupyterHub 5, keep the refusal about to be raised out of ``consecutive_failure_limit``.
 
     Call it right before raising the refusal from inside the spawn.  It acts only when
@@ -99,3 +103,22 @@ def uncount_refusal(spawner) -> bool:
     # The callback does setdefault(0) then += 1: from k - 1 back to k, below the limit.
     settings["failure_count"] = settings.get("failure_count", 0) - 1
     return True
+
+
+def display_name(spawner: Any) -> str:
+    """A spawner's (or stored spawner's) display name: ``display_name`` (JupyterHub 6), else
+    ``user_options["display_name"]`` (jhub-apps on JupyterHub 5); "" when neither is a string."""
+    shown = getattr(spawner, "display_name", None)
+    if not isinstance(shown, str) or not shown.strip():
+        options = getattr(spawner, "user_options", None)
+        shown = options.get("display_name") if isinstance(options, dict) else None
+    return shown.strip() if isinstance(shown, str) else ""
+
+
+def requested_through_rest_api(spawner: Any) -> bool:
+    """Whether the spawn was requested through JupyterHub's REST API (not its spawn form)."""
+    try:
+        from jupyterhub.apihandlers.base import APIHandler
+    except ImportError:  # pragma: no cover
+        return False
+    return isinstance(getattr(spawner, "handler", None), APIHandler)

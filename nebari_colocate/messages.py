@@ -7,19 +7,49 @@ servers that hold the volume and says what to do.  It never names another user's
 from __future__ import annotations
 
 import html
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, NamedTuple
 
-from . import fit
-from .objects import GPU_RESOURCES, SERVERNAME_ANNOTATION, has_owner, is_server, owned_by
-from .placement import REFUSE, Decision
+from . import events, faults, fit
+from .objects import GPU_RESOURCES, SERVERNAME_ANNOTATION, Obj, has_owner, is_server, owned_by
+from .placement import (
+    CLAIM_IN_USE,
+    HOME_BEING_MOVED,
+    NODE_NOT_FOUND,
+    PINNED_BY_ATTACHMENT,
+    PINNED_BY_HOLDERS,
+    PREMIUM_NODE,
+    REFUSE,
+    SKIP,
+    SPLIT_ATTACHMENT,
+    Decision,
+)
+
+
+class ResourceWords(NamedTuple):
+    """The words for a resource, as each sentence needs them."""
+
+    one: str  # a noun before a noun, or one unit: "a GPU node", "1 GPU"
+    amount: str  # an amount of it: "not enough free GPUs", "2 GPUs", "enough CPU"
+
 
 _RESOURCE_WORDS = {
-    "cpu": "CPU",
-    "memory": "memory",
-    "nvidia.com/gpu": "GPU",
-    "amd.com/gpu": "GPU",
-    "ephemeral-storage": "local disk",
+    "cpu": ResourceWords("CPU", "CPU"),
+    "memory": ResourceWords("memory", "memory"),
+    "ephemeral-storage": ResourceWords("local disk", "local disk"),
+    **{gpu: ResourceWords("GPU", "GPUs") for gpu in GPU_RESOURCES},
 }
+
+
+def _resource_words(resource: str) -> ResourceWords:
+    """Words for a resource; an unknown one is named as Kubernetes names it."""
+    return _RESOURCE_WORDS.get(resource) or ResourceWords(resource, resource)
+
+
+def _counted(resource: str, units: str) -> str:
+    """``units`` of an extended resource in words: "1 GPU", "2 GPUs"."""
+    words = _resource_words(resource)
+    return f"{units} {words.one if units == '1' else words.amount}"
 
 
 def server_label(server_name: str, display_names: Mapping[str, str] | None = None) -> str:
@@ -73,14 +103,14 @@ def _join(items: list[str]) -> str:
     return ", ".join(items[:-1]) + " and " + items[-1]
 
 
-def _selector_text(pod: Mapping) -> str:
+def _selector_text(pod: Obj) -> str:
     selector = (pod.get("spec") or {}).get("nodeSelector") or {}
     if selector:
         return ", ".join(f"{k}={v}" for k, v in sorted(selector.items()))
     return "its required node affinity"
 
 
-def reason_sentences(decision: Decision, pod: Mapping) -> list[str]:
+def reason_sentences(decision: Decision, pod: Obj) -> list[str]:
     """One plain sentence per reason code."""
     node = decision.node
     first = [True]
@@ -95,14 +125,14 @@ def reason_sentences(decision: Decision, pod: Mapping) -> list[str]:
     sentences = []
     shortfalls = {s.resource: s for s in (decision.fit.shortfalls if decision.fit else [])}
     for code in decision.reasons:
-        if code == "node-unschedulable":
+        if code == fit.NODE_UNSCHEDULABLE:
             sentences.append(f"{where_()} is cordoned (closed to new servers for maintenance)")
-        elif code == "node-selector":
+        elif code == fit.NODE_SELECTOR:
             sentences.append(
                 f"this server must run on a different kind of node ({_selector_text(pod)}); "
                 f"{where_()} is not one"
             )
-        elif code == "taint":
+        elif code == fit.TAINT:
             taints = decision.fit.taints if decision.fit else []
             text = ", ".join(
                 f"{t.get('key')}{'=' + t['value'] if t.get('value') else ''}:{t.get('effect')}"
@@ -111,48 +141,47 @@ def reason_sentences(decision: Decision, pod: Mapping) -> list[str]:
             sentences.append(
                 f"{where_()} is reserved ({text}) and this server does not tolerate it"
             )
-        elif code.startswith("insufficient:"):
-            resource = code.split(":", 1)[1]
-            word = _RESOURCE_WORDS.get(resource, resource)
+        elif (resource := fit.insufficient_resource(code)) is not None:
+            words = _resource_words(resource)
             short = shortfalls.get(resource)
             if short and short.allocatable <= 0:
-                sentences.append(f"it needs a {word} node ({resource}); {where_()} has none")
+                sentences.append(f"it needs a {words.one} node ({resource}); {where_()} has none")
             elif short:
                 have = fit.format_units(resource, max(short.free, 0))
                 want = fit.format_units(resource, short.requested)
                 if resource not in ("cpu", "memory", "ephemeral-storage"):
-                    have, want = f"{have} {word}", f"{want} {word}"
+                    have, want = _counted(resource, have), _counted(resource, want)
                 sentences.append(f"it needs {want} but {where_()} has only {have} free")
             else:
-                sentences.append(f"{where_()} does not have enough {word} free")
-        elif code == "too-many-pods":
+                sentences.append(f"{where_()} does not have enough {words.amount} free")
+        elif code == fit.TOO_MANY_PODS:
             limit = decision.fit.max_pods if decision.fit else None
             limit_text = f" ({limit})" if limit is not None else ""
             sentences.append(f"{where_()} already runs as many pods as it may{limit_text}")
-        elif code == "volume-node-affinity":
+        elif code == fit.VOLUME_NODE_AFFINITY:
             sentences.append(f"another volume this server mounts cannot be used on node {node}")
-        elif code == "claim-in-use":
+        elif code == CLAIM_IN_USE:
             sentences.append(
                 f"the volume {_join(decision.busy_claims)} may be used by only one server at a "
                 "time and is in use"
             )
-        elif code == "split-attachment":
+        elif code == SPLIT_ATTACHMENT:
             sentences.append(
                 f"your volume {_join(decision.claims)} is in use on more than one node "
                 f"({_join(decision.split_nodes)}), which needs an administrator to resolve"
             )
-        elif code == "node-not-found":
+        elif code == NODE_NOT_FOUND:
             sentences.append(
                 f"your volume is still in use on node {node}, which no longer exists (it may "
                 "still be attached to that node)"
             )
-        elif code == "home-being-moved":
+        elif code == HOME_BEING_MOVED:
             since = _clock(decision.moving_since)
             sentences.append(
                 "your home folder is being moved to new storage by an administrator"
                 + (f" (since {since})" if since else "")
             )
-        elif code == "premium-node":
+        elif code == PREMIUM_NODE:
             sentences.append(
                 f"{where_()} is a GPU node and this server needs no GPU; starting it there "
                 "would keep the expensive node running"
@@ -161,7 +190,7 @@ def reason_sentences(decision: Decision, pod: Mapping) -> list[str]:
 
 
 def _exclusivity(decision: Decision) -> str:
-    if "claim-in-use" in decision.reasons:  # ReadWriteOncePod: one pod, not one node
+    if CLAIM_IN_USE in decision.reasons:  # ReadWriteOncePod: one pod, not one node
         return "Your volume can be used by one server at a time"
     return "Your volume can be attached to one node at a time"
 
@@ -190,16 +219,16 @@ HOME_MOVE_ADVICE = (
 def _advice(
     decision: Decision, holders: list[str], has_profiles: bool = True, own_pods: int = 0
 ) -> str:
-    if "home-being-moved" in decision.reasons:
+    if HOME_BEING_MOVED in decision.reasons:
         return HOME_MOVE_ADVICE
-    if "split-attachment" in decision.reasons:
+    if SPLIT_ATTACHMENT in decision.reasons:
         return "Please contact your administrator."
-    if "node-not-found" in decision.reasons:
+    if NODE_NOT_FOUND in decision.reasons:
         return (
             "Please contact your administrator: the volume must be released from the node that "
             "is gone before it can be used elsewhere."
         )
-    if not holders and decision.holder_pods and decision.pinned_by == "holders":
+    if not holders and decision.holder_pods and decision.pinned_by == PINNED_BY_HOLDERS:
         # Only pods that are not servers hold it: nothing on the hub stops them.
         if own_pods:
             stop = "wait for your other pods using it to finish (or delete them)"
@@ -207,21 +236,21 @@ def _advice(
             stop = "wait until the other pods using it have finished (ask your administrator)"
     else:
         stop = f"stop {_join(holders)} first" if holders else "stop the servers using it first"
-    if decision.pinned_by == "attachment" and not holders:
+    if decision.pinned_by == PINNED_BY_ATTACHMENT and not holders:
         return "The volume is still being released from its last node: try again in a minute."
-    if "claim-in-use" in decision.reasons:
+    if CLAIM_IN_USE in decision.reasons:
         # ReadWriteOncePod: no node and no profile helps; only the other server stopping does.
         return f"To start it, {stop}."
     if not has_profiles:  # no profile to choose on this hub: do not suggest one
         return f"To start it, {stop}."
-    if "premium-node" in decision.reasons and len(decision.reasons) == 1:
+    if PREMIUM_NODE in decision.reasons and len(decision.reasons) == 1:
         return f"To start it, {stop}, or choose a profile with a GPU."
     return f"To start it, {stop}, or choose a profile that fits on node {decision.node}."
 
 
 def user_message(
     decision: Decision,
-    pod: Mapping,
+    pod: Obj,
     *,
     username: str,
     server_name: str,
@@ -269,7 +298,7 @@ def _in_use_by(
 
 def user_html(
     decision: Decision,
-    pod: Mapping,
+    pod: Obj,
     *,
     username: str,
     server_name: str,
@@ -304,6 +333,24 @@ def user_html(
     return f'<div class="colocate-message" style="text-align: left">{"".join(body)}</div>'
 
 
+def outcome_lines(decision: Decision, message: str) -> list[str]:
+    """What ``explain`` and ``simulate`` say a decision does: the user message of a refusal
+    (``message``), else a sentence on where the server starts; then the warnings."""
+    if decision.verdict == REFUSE:
+        lines = [message]
+    elif decision.verdict == SKIP:
+        lines = [
+            "Its volumes can be used from any node: no co-location needed, the server starts "
+            "wherever the scheduler likes."
+        ]
+    elif decision.node:
+        lines = [f"The server starts on node {decision.node}, beside the servers using its volume."]
+    else:
+        lines = ["The server starts on any node; later servers of this user will join it there."]
+    lines.extend(f"warning: {w}" for w in decision.warnings)
+    return lines
+
+
 def operator_line(decision: Decision, *, username: str, server_name: str) -> str:
     """One log line with codes, node and holders, for the hub log."""
     fields = [
@@ -323,37 +370,24 @@ def operator_line(decision: Decision, *, username: str, server_name: str) -> str
     return "colocate " + " ".join(fields)
 
 
-def event_failure(server_name: str, text: str, display_names: Mapping[str, str] | None = None):
-    """(text, html) for a spawn ended by a hopeless pod event; ``text`` is the verdict's words."""
-    message = f"{subject(server_name, display_names)} could not start: {text}"
-    return message, (
-        f'<div class="colocate-message" style="text-align: left">{html.escape(message)}</div>'
-    )
-
-
-def default_failure(text: str) -> str:
-    """The verdict's words, or a generic sentence when it has none."""
-    return text or "The server could not start."
-
-
 # --------------------------------------------------------------------------------------------------
 # the Kubernetes API failing a spawn (unreachable, overloaded, too slow): words instead of the raw
 # client exception (aiohttp.ClientConnectorError, "Could not create PVC ...")
 
-#: fault code -> what happened, in words a user reads
+#: fault code (``faults.FAULT_CODES``) -> what happened, in words a user reads
 API_FAULTS = {
-    "unreachable": "the Kubernetes API server could not be reached (it may be restarting)",
-    "overloaded": "the Kubernetes API server is overloaded and asked to retry later",
-    "server-error": "the Kubernetes API server failed with an internal error",
-    "timeout": "the Kubernetes API server did not answer in time",
-    "rejected": "the Kubernetes API server refused to create it",
+    faults.UNREACHABLE: "the Kubernetes API server could not be reached (it may be restarting)",
+    faults.OVERLOADED: "the Kubernetes API server is overloaded and asked to retry later",
+    faults.SERVER_ERROR: "the Kubernetes API server failed with an internal error",
+    faults.TIMEOUT: "the Kubernetes API server did not answer in time",
+    faults.REJECTED: "the Kubernetes API server refused to create it",
 }
 
 
 def api_fault_message(fault: str, *, server_name: str, detail: str = "") -> str:
     """Plain text for a spawn the API failed: what happened, and what to do (try again)."""
-    what = API_FAULTS.get(fault, API_FAULTS["server-error"])
-    if fault == "rejected":
+    what = API_FAULTS.get(fault, API_FAULTS[faults.SERVER_ERROR])
+    if fault == faults.REJECTED:
         advice = "Please contact your administrator" + (f" ({detail})." if detail else ".")
     else:
         advice = "Nothing of it was left running; please try again in a minute."
@@ -366,25 +400,261 @@ def api_fault_html(fault: str, *, server_name: str, detail: str = "") -> str:
     return f'<div class="colocate-message" style="text-align: left">{text}</div>'
 
 
-# --- autoscaler verdicts (events.classify) ---------------------------------------------------
+def api_fault_operator_line(
+    fault: str, exc: BaseException, *, username: str, server_name: str, pod_name: str
+) -> str:
+    """The hub-log line of a spawn the API failed: the fault code and the client's exception."""
+    error = " ".join(str(exc).split())[:300]
+    return (
+        f"colocate api-fault={fault} user={username!r} server={server_name!r} "
+        f"pod={pod_name} error={type(exc).__name__}: {error}"
+    )
+
+
+# --------------------------------------------------------------------------------------------------
+# pod event verdicts (events.classify): why a spawn was ended, or what it waits for
+
+#: scheduler and cluster-autoscaler fragment cause (``events.FRAGMENT_*``) -> words
+_FRAGMENT_WORDS = {
+    events.FRAGMENT_SINGLE_POD_VOLUME: "its volume allows a single pod, and another pod uses it",
+    events.FRAGMENT_PINNED_ELSEWHERE: "ruled out by a pin to one node",
+    events.FRAGMENT_ANTI_AFFINITY: "kept apart from other pods (anti-affinity)",
+    events.FRAGMENT_POD_AFFINITY: "not the node your other servers run on",
+    events.FRAGMENT_NODE_SELECTOR: "not the kind of node this server asks for",
+    events.FRAGMENT_TAINT: "reserved by a taint this server does not tolerate",
+    events.FRAGMENT_CORDONED: "cordoned (closed to new servers)",
+    events.FRAGMENT_TOO_MANY_PODS: "already running as many pods as it may",
+    events.FRAGMENT_VOLUME_NODE_AFFINITY: "unable to reach the storage volume",
+    events.FRAGMENT_PORTS: "the port this server needs is taken",
+    events.FRAGMENT_SPREAD: "would break a spread constraint",
+    events.FRAGMENT_VOLUME_COUNT: "no room for more volumes",
+    events.FRAGMENT_UNBOUND_CLAIM: "its storage volume is not ready yet",
+    events.FRAGMENT_MAX_SIZE: "the node groups that fit are at their maximum size",
+    events.FRAGMENT_BACKOFF: "a recent attempt to add such a node failed",
+    events.FRAGMENT_LIMIT: "the cluster has reached its size limit",
+    events.FRAGMENT_NOT_READY: "the node group is not ready to grow",
+}
+
+#: what the spawn page says for the latest ordinary event (``events.PROGRESS_EVENTS``)
+_PROGRESS_WORDS = {
+    "Scheduled": "Assigned to a node",
+    "SuccessfulAttachVolume": "Storage volume attached",
+    "FailedMount": "Waiting for the storage volume to be mounted",
+    "Pulling": "Downloading the server image",
+    "Pulled": "Server image ready",
+    "Created": "Server container created",
+    "Started": "Server container started",
+}
+
+
+def fragment_words(fragment: events.Fragment) -> str:
+    """Plain words for one scheduler or cluster-autoscaler reason; as written when not known."""
+    if fragment.cause == events.FRAGMENT_INSUFFICIENT:
+        return f"not enough free {_resource_words(fragment.resource).amount}"
+    return _FRAGMENT_WORDS.get(fragment.cause or "") or fragment.text.strip()
+
+
+def _fragments_words(fragments: Sequence[events.Fragment]) -> list[str]:
+    return _unique([fragment_words(f) for f in fragments])
+
+
+def _plural(count: int, word: str) -> str:
+    return f"{count} {word}" if count == 1 else f"{count} {word}s"
+
+
+def _unique(items: Sequence[str]) -> list[str]:
+    return list(dict.fromkeys(items))
+
+
+def _scheduler_summary(fragments: Sequence[events.Fragment]) -> str:
+    parts = []
+    for f in fragments:
+        words = fragment_words(f)
+        parts.append(f"{_plural(f.count, 'node')}: {words}" if f.count is not None else words)
+    return "; ".join(_unique(parts))
+
+
+def _pinned_text(verdict: events.EventVerdict) -> str:
+    node = verdict.node
+    why = "; ".join(_fragments_words(verdict.fragments)) or "the scheduler found no room there"
+    return (
+        f"This server cannot start on node {node}, where your storage volume is attached: "
+        f"{why}. A new node cannot help, because the volume can be attached to only one node "
+        "at a time. Stop your other servers that use the volume, or choose a profile that fits "
+        f"on node {node}."
+    )
+
+
+def _no_scale_up_text(verdict: events.EventVerdict) -> str:
+    if verdict.causes:
+        return karpenter_refusal_text(verdict.causes, dict(verdict.requests))
+    return no_scale_up_text(_fragments_words(verdict.fragments))
+
+
+def _unschedulable_text(verdict: events.EventVerdict) -> str:
+    summary = _scheduler_summary(verdict.fragments)
+    why = f" ({summary})" if summary else ""
+    return (
+        f"No node can run this server{why}, and none became free within {verdict.grace:g} "
+        "seconds. Choose a smaller profile or try again later; if this keeps happening, tell "
+        "your administrator."
+    )
+
+
+def _no_node_yet_text(verdict: events.EventVerdict) -> str:
+    summary = _scheduler_summary(verdict.fragments)
+    return "Waiting for a node that can run this server" + (f" ({summary})" if summary else "")
+
+
+def _scaling_up_text(verdict: events.EventVerdict) -> str:
+    return scale_up_text(gpu=verdict.gpu)
+
+
+def _multi_attach_text(verdict: events.EventVerdict) -> str:
+    users = [server_label(s) for s in verdict.servers]
+    if verdict.others:
+        users.append(_plural(verdict.others, "other server"))
+    if not users:
+        return (
+            "This server cannot start: its storage volume is still attached to another node "
+            "(a server that used it may still be shutting down). Try again in a minute, or stop "
+            "your other servers first."
+        )
+    # Advise stopping only what the user can stop: their own servers.
+    if verdict.servers:
+        own = _join([server_label(s) for s in verdict.servers])
+        advice = f"Stop {own}, then start this one again."
+    else:
+        advice = "Try again once it is free, or ask your administrator."
+    return (
+        "This server cannot start: its storage volume is attached to another node, where it "
+        f"is in use by {_join(users)}. The volume can be attached to only one node at a "
+        f"time. {advice}"
+    )
+
+
+def _shown_image(verdict: events.EventVerdict) -> str:
+    return f' "{verdict.image}"' if verdict.image else ""
+
+
+def _image_invalid_text(verdict: events.EventVerdict) -> str:
+    shown = _shown_image(verdict)
+    if events.IMAGE_NEVER_PULL in verdict.causes:
+        why = (
+            f"its image{shown} is not on the node, and the image pull policy forbids downloading it"
+        )
+    else:
+        why = f"its image name{shown} is not valid"
+    return (
+        f"This server cannot start: {why}. Choose a different profile, or ask your administrator."
+    )
+
+
+#: why the registry would not give the image (``events.PULL_*``) -> words after the grace
+_PULL_WORDS = {
+    events.PULL_NOT_FOUND: " (the image was not found)",
+    events.PULL_DENIED: " (access to the image was denied)",
+}
+
+
+def _image_pull_text(verdict: events.EventVerdict) -> str:
+    hint = "".join(_PULL_WORDS.get(c, "") for c in verdict.causes)
+    return (
+        f"This server cannot start: its image{_shown_image(verdict)} could not be downloaded "
+        f"for {verdict.grace:g} seconds{hint}. Choose a different profile, or ask your "
+        "administrator."
+    )
+
+
+def _retrying_pull_text(verdict: events.EventVerdict) -> str:
+    return f"Retrying the download of image{_shown_image(verdict)}"
+
+
+def _progress_text(verdict: events.EventVerdict) -> str:
+    return _PROGRESS_WORDS.get(verdict.event, "")
+
+
+_EVENT_WORDS: dict[str, Callable[[events.EventVerdict], str]] = {
+    events.UNSCHEDULABLE_PINNED: _pinned_text,
+    events.NO_SCALE_UP: _no_scale_up_text,
+    events.MULTI_ATTACH: _multi_attach_text,
+    events.IMAGE_INVALID: _image_invalid_text,
+    events.UNSCHEDULABLE: _unschedulable_text,
+    events.IMAGE_PULL: _image_pull_text,
+    events.SCALING_UP: _scaling_up_text,
+    events.NO_NODE_YET: _no_node_yet_text,
+    events.RETRYING_PULL: _retrying_pull_text,
+    events.PROGRESS: _progress_text,
+}
+
+
+def event_text(verdict: events.EventVerdict) -> str:
+    """What a person reads about an event verdict: why the spawn cannot succeed (fail), or what
+    it waits for (wait); "" when there is nothing to say."""
+    words = _EVENT_WORDS.get(verdict.code)
+    return words(verdict) if words else ""
+
+
+def event_failure(
+    verdict: events.EventVerdict,
+    server_name: str,
+    display_names: Mapping[str, str] | None = None,
+) -> tuple[str, str]:
+    """(text, html) for a spawn ended by a hopeless pod event (the server name is escaped)."""
+    why = event_text(verdict) or "The server could not start."
+    message = f"{subject(server_name, display_names)} could not start: {why}"
+    return message, (
+        f'<div class="colocate-message" style="text-align: left">{html.escape(message)}</div>'
+    )
+
+
+def event_operator_line(
+    verdict: events.EventVerdict, *, username: str, server_name: str, pod_name: str
+) -> str:
+    """The hub-log line of a spawn ended by a pod event: its code and the raw event."""
+    return (
+        f"colocate event-verdict={verdict.action} reason={verdict.reason} user={username!r} "
+        f"server={server_name!r} pod={pod_name} event={verdict.raw!r}"
+    )
+
+
+def progress_line(event: Mapping[str, Any], words: str) -> str:
+    """The spawn page's line for one pod event: ``words`` (the verdict's, :func:`event_text`)
+    for the events they tell (``events.PLAIN_LANGUAGE_EVENTS``), else the event as Kubernetes
+    wrote it."""
+    if words and events.told_in_words(event):
+        return words
+    return f"[{event.get('type')}] {event.get('message')}"
+
+
+# --- autoscaler verdicts ---------------------------------------------------------------------
 
 #: Karpenter cause code (``events.KARPENTER_*``) -> why no new node can run the server. The
 #: codes are listed most telling first: a NodePool whose taint or requirements this server does
 #: not match was never meant for it, so its reason is told only when nothing better is known.
 _KARPENTER_CAUSE_WORDS: tuple[tuple[str, str], ...] = (
     (
-        "colocation",
+        events.KARPENTER_COLOCATION,
         "it must run on the node where your other servers are (your storage volume can be "
         "attached to one node at a time), and no new node can be that node",
     ),
-    ("limits", "the node pools that could run it have reached their size limits"),
-    ("no-instance-type", "no machine type is big enough for what it asks for{requests}"),
-    ("anti-affinity", "it must be kept apart from other pods, and no new node can do that"),
-    ("topology-spread", "a new node would break its spread constraint"),
-    ("requirements", "no node pool offers the kind of node it asks for"),
-    ("taint", "the node pools that could run it are reserved for other kinds of servers"),
+    (events.KARPENTER_LIMITS, "the node pools that could run it have reached their size limits"),
+    (
+        events.KARPENTER_NO_INSTANCE_TYPE,
+        "no machine type is big enough for what it asks for{requests}",
+    ),
+    (
+        events.KARPENTER_ANTI_AFFINITY,
+        "it must be kept apart from other pods, and no new node can do that",
+    ),
+    (events.KARPENTER_SPREAD, "a new node would break its spread constraint"),
+    (events.KARPENTER_REQUIREMENTS, "no node pool offers the kind of node it asks for"),
+    (
+        events.KARPENTER_TAINT,
+        "the node pools that could run it are reserved for other kinds of servers",
+    ),
 )
-_KARPENTER_MISMATCH = frozenset({"requirements", "taint"})
+_KARPENTER_MISMATCH = frozenset({events.KARPENTER_REQUIREMENTS, events.KARPENTER_TAINT})
 
 
 def _requests_words(requests: Mapping[str, str]) -> str:
@@ -395,21 +665,23 @@ def _requests_words(requests: Mapping[str, str]) -> str:
     return f" ({' and '.join(gpus)} GPU{'s' if gpus != ['1'] else ''})"
 
 
-def karpenter_refusal_text(causes, requests: Mapping[str, str] | None = None) -> str:
+def karpenter_refusal_text(causes: Iterable[str], requests: Mapping[str, str] | None = None) -> str:
     """The spawn-page text when Karpenter says no NodePool can serve the pod.
 
     ``causes``: Karpenter cause codes, one per NodePool reason; ``requests``: the pod requests
     Karpenter quoted. See docs/failure-modes.md.
     """
-    known = [code for code, _ in _KARPENTER_CAUSE_WORDS if code in set(causes)]
+    given = set(causes)
+    known = [code for code, _ in _KARPENTER_CAUSE_WORDS if code in given]
     telling = [code for code in known if code not in _KARPENTER_MISMATCH] or known
-    if "requirements" in telling and "taint" in telling:
-        telling.remove("taint")  # "no node pool offers the kind of node" already says it
+    if events.KARPENTER_REQUIREMENTS in telling and events.KARPENTER_TAINT in telling:
+        # "no node pool offers the kind of node" already says it
+        telling.remove(events.KARPENTER_TAINT)
     words = dict(_KARPENTER_CAUSE_WORDS)
     why = "; ".join(
         words[code].format(requests=_requests_words(requests or {})) for code in telling
     )
-    if "colocation" in telling:
+    if events.KARPENTER_COLOCATION in telling:
         advice = "Stop your other servers and start this one again, or choose a smaller profile."
     else:
         advice = "Choose a different profile, or ask your administrator."
@@ -419,7 +691,7 @@ def karpenter_refusal_text(causes, requests: Mapping[str, str] | None = None) ->
     )
 
 
-def no_scale_up_text(why: list[str]) -> str:
+def no_scale_up_text(why: Sequence[str]) -> str:
     """The spawn-page text when the cluster autoscaler says it will not add a node."""
     detail = f" ({'; '.join(why)})" if why else ""
     return (
@@ -462,7 +734,7 @@ MIGRATE_OUTCOMES = {
 }
 
 
-def _fill(template: str, row: Mapping) -> str:
+def _fill(template: str, row: Obj) -> str:
     values = {k: ("-" if v is None else v) for k, v in row.items()}
     for key in ("running", "problems"):
         if isinstance(values.get(key), list):
@@ -485,12 +757,12 @@ def migrate_plan_hint() -> str:
     )
 
 
-def migrate_action(row: Mapping) -> str:
+def migrate_action(row: Obj) -> str:
     """The plan's words for one home."""
     return _fill(MIGRATE_ACTIONS.get(row.get("action", ""), "{action}"), row)
 
 
-def migrate_outcome(result: Mapping) -> str:
+def migrate_outcome(result: Obj) -> str:
     if result.get("outcome") == "skipped" and result.get("reason") in MIGRATE_ACTIONS:
         return "skipped: " + _fill(MIGRATE_ACTIONS[result["reason"]], result)
     return _fill(MIGRATE_OUTCOMES.get(result.get("outcome", ""), "{outcome}"), result)
@@ -504,7 +776,7 @@ def delete_old_volume_hint(volume: str) -> str:
     )
 
 
-def _table(headers, rows) -> list[str]:
+def _table(headers: Sequence[str], rows: Iterable[Sequence[object]]) -> list[str]:
     cells = [[str(c) for c in row] for row in rows]
     widths = [max([len(h), *(len(r[i]) for r in cells)]) for i, h in enumerate(headers)]
     return [
@@ -513,7 +785,7 @@ def _table(headers, rows) -> list[str]:
     ]
 
 
-def render_migrate_plan(plan: Mapping) -> str:
+def render_migrate_plan(plan: Obj) -> str:
     rows = plan["homes"]
     lines = [
         f"Home claims in namespace {plan['namespace']} (target storage class "
@@ -540,7 +812,7 @@ def render_migrate_plan(plan: Mapping) -> str:
     return "\n".join(lines)
 
 
-def render_migrate_results(results: list[Mapping], dry_run: bool = False) -> str:
+def render_migrate_results(results: list[Obj], dry_run: bool = False) -> str:
     lines = []
     for r in results:
         lines.append(f"{r.get('user') or '-'} ({r['claim']}): {migrate_outcome(r)}")
@@ -556,7 +828,7 @@ def render_migrate_results(results: list[Mapping], dry_run: bool = False) -> str
     return "\n".join(lines) or "no home claims selected"
 
 
-def render_migrate_status(status: Mapping) -> str:
+def render_migrate_status(status: Obj) -> str:
     rows = status["moves"]
     lines = [f"Moves in namespace {status['namespace']}: {len(rows)}"]
     if rows:

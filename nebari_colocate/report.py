@@ -34,7 +34,7 @@ from .objects import (
     pod_user,
     spec,
 )
-from .placement import PINNED_BY_ATTACHMENT, REFUSE, SKIP, Decision, Policy, claim_modes
+from .placement import PINNED_BY_ATTACHMENT, Decision, Policy, claim_modes
 from .state import ClusterState
 
 #: the name of the pod ``explain`` judges when the server is not running (it matches no real pod)
@@ -165,27 +165,6 @@ def quantity(resource: str, units: int) -> str:
 
 
 # --------------------------------------------------------------------------------------------------
-# what a decision means, in words (shared with ``simulate``)
-
-
-def outcome_lines(decision: Decision, message: str) -> list[str]:
-    """The user message of a refusal, else a sentence on where the server starts; warnings."""
-    if decision.verdict == REFUSE:
-        lines = [message]
-    elif decision.verdict == SKIP:
-        lines = [
-            "Its volumes can be used from any node: no co-location needed, the server starts "
-            "wherever the scheduler likes."
-        ]
-    elif decision.node:
-        lines = [f"The server starts on node {decision.node}, beside the servers using its volume."]
-    else:
-        lines = ["The server starts on any node; later servers of this user will join it there."]
-    lines.extend(f"warning: {w}" for w in decision.warnings)
-    return lines
-
-
-# --------------------------------------------------------------------------------------------------
 # explain
 
 
@@ -262,7 +241,7 @@ def explain_report(
         "pod_name": pod_name,
         "replaces": pod_name if replaces else None,
         "notes": list(decision.notes),
-        "outcome": outcome_lines(decision, message),
+        "outcome": messages.outcome_lines(decision, message),
         "operator_line": messages.operator_line(decision, username=username, server_name=server),
     }
     return {

@@ -4,7 +4,7 @@ The imperative shell around the pure core: it reads the state through the live v
 (:mod:`nebari_colocate.view`), calls :func:`nebari_colocate.placement.decide`, and either merges
 the affinity into the pod manifest or refuses the spawn at once with a reason a person can act on.
 
-Where it hooks in (KubeSpawner 7, DESIGN section 3 and 10):
+Where it hooks in (KubeSpawner 7; docs/decisions.md and docs/surfaces.md):
 
 - ``load_user_options()`` runs first in ``KubeSpawner._start``, after the pre_spawn_hook, and
   applies the profile's ``kubespawner_override``, *before* the home PVC is created.  The check
@@ -23,9 +23,10 @@ import asyncio
 import contextlib
 import json
 import time
+from collections.abc import AsyncIterator
 from datetime import datetime, timezone
 from types import SimpleNamespace
-from typing import ClassVar
+from typing import Any, ClassVar, NoReturn
 
 from kubespawner import KubeSpawner
 from kubespawner.slugs import is_valid_label, safe_slug
@@ -55,64 +56,25 @@ from .config import (
     check_timeout,
 )
 from .events import FAIL, EventVerdict, classify
+from .faults import REJECTED, KubernetesApiFault, api_fault
 from .fit import requests_any
-from .jupyterhub import JUPYTERHUB_MAJOR, ColocationRefused, uncount_refusal
-from .objects import SERVERNAME_ANNOTATION, USERNAME_ANNOTATION
+from .jupyterhub import (
+    JUPYTERHUB_MAJOR,
+    ColocationRefused,
+    display_name,
+    requested_through_rest_api,
+    uncount_refusal,
+)
+from .locks import UserLocks
+from .objects import SERVERNAME_ANNOTATION, USERNAME_ANNOTATION, JsonDict
 from .placement import REFUSE, SKIP, Decision, Policy, decide, safe_side
+from .state import ClusterState
 from .view import ClusterView, DirectReader, ViewNotLive, admitted_pod
 
-__all__ = ["JUPYTERHUB_MAJOR", "ColocatingKubeSpawner", "ColocationRefused"]
+__all__ = ["JUPYTERHUB_MAJOR", "ColocatingKubeSpawner", "ColocationRefused", "KubernetesApiFault"]
 
 
-class KubernetesApiFault(RuntimeError):
-    """A spawn the Kubernetes API failed (unreachable, overloaded, erroring, too slow), in words.
-
-    JupyterHub shows ``jupyterhub_message`` / ``jupyterhub_html_message`` instead of the raw client
-    exception; ``fault`` is the code (see ``messages.API_FAULTS``), ``log_message`` the operator
-    line.  The original exception is its ``__cause__`` (and in the hub log).
-    """
-
-    def __init__(self, message: str, html: str, log_message: str, fault: str):
-        super().__init__(message)
-        self.jupyterhub_message = message
-        self.jupyterhub_html_message = html
-        self.log_message = log_message
-        self.fault = fault
-
-
-def api_fault(exc: BaseException) -> tuple[str, str] | None:
-    """(fault code, detail) when ``exc`` is the Kubernetes API failing a spawn, else None.
-
-    KubeSpawner lets these through raw: aiohttp's connection errors while the API server
-    restarts, ``ApiException`` for 429 and 5xx answers, and exponential_backoff's
-    ``TimeoutError("Could not create PVC ...")`` / ``("Could not create pod ...")`` when the API
-    server stops answering (even when the PVC exists).  Its own ``pod ... did not start in N
-    seconds!`` (``start_timeout``) is not an API fault.
-    """
-    import aiohttp
-    from kubernetes_asyncio.client.exceptions import ApiException
-
-    if isinstance(exc, (ColocationRefused, KubernetesApiFault)):
-        return None
-    if isinstance(exc, ApiException):
-        status = exc.status or 0
-        if status == 429:
-            return "overloaded", "HTTP 429"
-        if status >= 500:
-            return "server-error", f"HTTP {status}"
-        if status == 0:
-            return "unreachable", str(exc.reason or "no answer")
-        return "rejected", f"HTTP {status} {exc.reason or ''}".strip()
-    if isinstance(exc, (asyncio.TimeoutError, TimeoutError)):
-        if "did not start in" in str(exc):
-            return None
-        return "timeout", str(exc)
-    if isinstance(exc, (aiohttp.ClientError, ConnectionError)):
-        return "unreachable", f"{type(exc).__name__}: {exc}"
-    return None
-
-
-def _placement_fingerprint(pod: dict) -> str:
+def _placement_fingerprint(pod: JsonDict) -> str:
     """The parts of a manifest the decision depends on."""
     spec = pod.get("spec") or {}
     keys = (
@@ -131,7 +93,7 @@ def _placement_fingerprint(pod: dict) -> str:
     return json.dumps(relevant, sort_keys=True, default=str)
 
 
-class ColocatingKubeSpawner(KubeSpawner):
+class ColocatingKubeSpawner(KubeSpawner):  # type: ignore[misc]  # KubeSpawner ships no types
     """A KubeSpawner that co-locates a user's servers on exclusive (ReadWriteOnce) volumes.
 
     Before a server pod is created it looks at the user's other running servers and the
@@ -264,43 +226,44 @@ class ColocatingKubeSpawner(KubeSpawner):
         """,
     )
 
-    #: per-user locks: {username: [asyncio.Lock, users]}; class level so all spawners share them
-    _colocation_locks: ClassVar[dict[str, list]] = {}
+    #: per-user locks; class level so all spawners of the hub share them
+    _colocation_locks: ClassVar[UserLocks] = UserLocks()
     #: running sweeps after API faults (strong references: the loop keeps only weak ones)
-    _api_fault_sweeps: ClassVar[set] = set()
+    _api_fault_sweeps: ClassVar[set[asyncio.Future[None]]] = set()
 
     # ------------------------------------------------------------------------------------------
     # configuration
 
     @default("storage_access_modes")
-    def _default_storage_access_modes(self):
+    def _default_storage_access_modes(self) -> list[str]:
         return [self.storage_access_mode]
 
     @validate("colocation_label_key")
-    def _validate_label_key(self, proposal):
+    def _validate_label_key(self, proposal: dict[str, Any]) -> str:
         return check_label_key(proposal["value"])
 
     @validate("premium_resources")
-    def _validate_premium_resources(self, proposal):
+    def _validate_premium_resources(self, proposal: dict[str, Any]) -> Any:
         return check_premium_resources(proposal["value"])
 
     @validate("colocation_check_timeout")
-    def _validate_timeout(self, proposal):
+    def _validate_timeout(self, proposal: dict[str, Any]) -> float:
         return check_timeout(proposal["value"])
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.check_colocation_config()
         self._colocation_lock_held = False
         self._colocation_checked: tuple[str, Decision] | None = None
-        self._colocation_release_task: asyncio.Future | None = None
+        self._colocation_release_task: asyncio.Future[None] | None = None
         self._colocation_decision: Decision | None = None
         self._event_verdict: EventVerdict | None = None
         self._requests_premium = False
         self._held_refusal: ColocationRefused | None = None
+        self._api_fault_sweep: asyncio.Future[None] | None = None
         #: the last refusal of this server, {"message", "html"}, until its next start (the home
         #: page nebari-colocate installs for jhub-apps shows it)
-        self.colocation_failure: dict | None = None
+        self.colocation_failure: dict[str, str] | None = None
         #: seconds of the last check, the dry run's API round trip apart (benchmarks read it)
         self.colocation_timings: dict[str, float] = {}
 
@@ -323,10 +286,10 @@ class ColocatingKubeSpawner(KubeSpawner):
         orm_user = getattr(self.user, "orm_user", None)
         stored = getattr(orm_user, "orm_spawners", None) or {}
         for name, orm_spawner in stored.items():
-            shown = _display_name(orm_spawner)
+            shown = display_name(orm_spawner)
             if shown:
                 names[name or ""] = shown
-        current = _display_name(self)
+        current = display_name(self)
         if current:
             names[self.name or ""] = current
         if not names.get(""):
@@ -340,7 +303,7 @@ class ColocatingKubeSpawner(KubeSpawner):
     @property
     def colocation_label_value(self) -> str:
         """KubeSpawner's safe slug of the username, valid as a label value."""
-        return safe_slug(self.user.name, is_valid=is_valid_label)
+        return str(safe_slug(self.user.name, is_valid=is_valid_label))
 
     def colocation_policy(self) -> Policy:
         return Policy(
@@ -355,36 +318,21 @@ class ColocatingKubeSpawner(KubeSpawner):
     async def _acquire_colocation_lock(self) -> None:
         if self._colocation_lock_held:
             return
-        entry = self._colocation_locks.setdefault(self.user.name, [asyncio.Lock(), 0])
-        entry[1] += 1
-        try:
-            await asyncio.wait_for(entry[0].acquire(), timeout=self.k8s_api_request_retry_timeout)
-        except asyncio.TimeoutError:
-            self._drop_lock_user(entry)
+        timeout = self.k8s_api_request_retry_timeout
+        if not await self._colocation_locks.acquire(self.user.name, timeout):
             self.log.warning(
                 "colocate: waited %ss for another spawn of %s; deciding without the lock",
-                self.k8s_api_request_retry_timeout,
+                timeout,
                 self.user.name,
             )
             return
-        except BaseException:
-            self._drop_lock_user(entry)
-            raise
         self._colocation_lock_held = True
-
-    def _drop_lock_user(self, entry: list) -> None:
-        entry[1] -= 1
-        if entry[1] <= 0 and self._colocation_locks.get(self.user.name) is entry:
-            del self._colocation_locks[self.user.name]
 
     def _release_colocation_lock(self) -> None:
         if not self._colocation_lock_held:
             return
         self._colocation_lock_held = False
-        entry = self._colocation_locks.get(self.user.name)
-        if entry is not None:
-            entry[0].release()
-            self._drop_lock_user(entry)
+        self._colocation_locks.release(self.user.name)
 
     async def _release_when_pod_visible(self) -> None:
         """Release the lock once the new pod is in the reflector (or give up after the retry
@@ -407,7 +355,7 @@ class ColocatingKubeSpawner(KubeSpawner):
     # ------------------------------------------------------------------------------------------
     # the check
 
-    def _reflector_pods(self) -> list[dict] | None:
+    def _reflector_pods(self) -> list[JsonDict] | None:
         reflector = self.pod_reflector
         if reflector is None or not reflector.first_load_future.done():
             return None
@@ -419,7 +367,7 @@ class ColocatingKubeSpawner(KubeSpawner):
         """The live view of this hub's namespace, shared by every spawner (started lazily)."""
         return ClusterView.shared(self.api.api_client, self.namespace)
 
-    async def _colocation_state(self, view: ClusterView, pod: dict):
+    async def _colocation_state(self, view: ClusterView, pod: JsonDict) -> ClusterState:
         """The state from the live view, or from direct reads while it is not live."""
         try:
             return await view.state_for(pod, first_sync=self.colocation_check_timeout / 2)
@@ -434,7 +382,7 @@ class ColocatingKubeSpawner(KubeSpawner):
             metrics.observe_view_fallback()
             return await DirectReader(self.api.api_client, self.namespace).state_for(pod)
 
-    async def _admitted(self, pod: dict, deadline: float) -> dict | None:
+    async def _admitted(self, pod: JsonDict, deadline: float) -> JsonDict | None:
         """The pod after admission (server-side dry run), or None (logged) when refused."""
         remaining = deadline - time.perf_counter()
         try:
@@ -456,7 +404,7 @@ class ColocatingKubeSpawner(KubeSpawner):
         metrics.observe_dry_run("admitted")
         return admitted
 
-    async def colocation_decide(self, pod: dict) -> Decision:
+    async def colocation_decide(self, pod: JsonDict) -> Decision:
         """Gather the state and decide; any error or timeout takes the safe side.
 
         A pinned decision is taken again on the pod as admitted (server-side dry run), so
@@ -508,7 +456,7 @@ class ColocatingKubeSpawner(KubeSpawner):
         log("%s seconds=%.3f dry_run_seconds=%.3f", line, elapsed, dry_run)
         return decision
 
-    def _refusal(self, decision: Decision, pod: dict) -> ColocationRefused:
+    def _refusal(self, decision: Decision, pod: JsonDict) -> ColocationRefused:
         args = {
             "username": self.user.name,
             "server_name": self.name,
@@ -529,18 +477,11 @@ class ColocatingKubeSpawner(KubeSpawner):
             "html": refusal.jupyterhub_html_message,
         }
 
-    def _requested_through_rest_api(self) -> bool:
-        try:
-            from jupyterhub.apihandlers.base import APIHandler
-        except ImportError:  # pragma: no cover
-            return False
-        return isinstance(getattr(self, "handler", None), APIHandler)
-
     async def _hold(self, refusal: ColocationRefused) -> None:
         """Keep a REST-requested refused spawn pending for ``refusal_hold_seconds``, with the
         reason in the progress stream, so pages that look again see how it ended."""
         self._remember(refusal)
-        if self.refusal_hold_seconds <= 0 or not self._requested_through_rest_api():
+        if self.refusal_hold_seconds <= 0 or not requested_through_rest_api(self):
             return
         self._held_refusal = refusal
         try:
@@ -548,10 +489,11 @@ class ColocatingKubeSpawner(KubeSpawner):
         finally:
             self._held_refusal = None
 
-    def _serialize(self, pod) -> dict:
-        return self.api.api_client.sanitize_for_serialization(pod)
+    def _serialize(self, pod: Any) -> JsonDict:
+        serialized: JsonDict = self.api.api_client.sanitize_for_serialization(pod)
+        return serialized
 
-    async def _check(self, pod: dict) -> Decision:
+    async def _check(self, pod: JsonDict) -> Decision:
         decision = await self.colocation_decide(pod)
         if decision.verdict == REFUSE:
             self._release_colocation_lock()
@@ -561,7 +503,7 @@ class ColocatingKubeSpawner(KubeSpawner):
             raise refusal
         return decision
 
-    async def load_user_options(self):
+    async def load_user_options(self) -> None:
         """Apply the profile, then run the check before the PVC or the pod exists."""
         await super().load_user_options()
         self.colocation_failure = None
@@ -574,7 +516,7 @@ class ColocatingKubeSpawner(KubeSpawner):
         decision = await self._check(pod)
         self._colocation_checked = (_placement_fingerprint(pod), decision)
 
-    async def get_pod_manifest(self):
+    async def get_pod_manifest(self) -> Any:
         """KubeSpawner's manifest with the co-location label and affinity merged in."""
         pod = self._serialize(await super().get_pod_manifest())
         checked = self._colocation_checked
@@ -623,7 +565,7 @@ class ColocatingKubeSpawner(KubeSpawner):
             wants_gpu=self._requests_premium,
         )
 
-    async def _watch_events(self, start_future: asyncio.Future) -> EventVerdict | None:
+    async def _watch_events(self, start_future: asyncio.Future[Any]) -> EventVerdict | None:
         """Poll the event reflector until the start finishes or a verdict says fail."""
         while not start_future.done():
             if self.event_reflector is not None and self._colocation_decision is not None:
@@ -640,7 +582,7 @@ class ColocatingKubeSpawner(KubeSpawner):
     #: stalled API server can be carried out after the spawn ended), to delete it
     api_fault_sweep_seconds = 600.0
 
-    async def start(self):
+    async def start(self) -> Any:
         """KubeSpawner's start, ended early when the pod's events say it cannot succeed; a spawn
         the Kubernetes API fails ends with words (:class:`KubernetesApiFault`)."""
         self._stop_api_fault_sweep()
@@ -657,13 +599,12 @@ class ColocatingKubeSpawner(KubeSpawner):
         self, exc: BaseException, fault: str, detail: str, *, started: float
     ) -> KubernetesApiFault:
         self._release_colocation_lock()
-        log_message = (
-            f"colocate api-fault={fault} user={self.user.name!r} server={self.name!r} "
-            f"pod={self.pod_name} error={type(exc).__name__}: {' '.join(str(exc).split())[:300]}"
+        log_message = messages.api_fault_operator_line(
+            fault, exc, username=self.user.name, server_name=self.name, pod_name=self.pod_name
         )
         self.log.warning(log_message)
         metrics.observe_api_fault(fault)
-        if fault != "rejected":
+        if fault != REJECTED:
             task = asyncio.ensure_future(self._sweep_after_api_fault(self.pod_name, started))
             ColocatingKubeSpawner._api_fault_sweeps.add(task)
             task.add_done_callback(ColocatingKubeSpawner._api_fault_sweeps.discard)
@@ -737,7 +678,7 @@ class ColocatingKubeSpawner(KubeSpawner):
             except Exception as exc:
                 self.log.info("colocate: delete of %s failed (%s); retrying", pod_name, exc)
 
-    async def _start_failing_fast(self):
+    async def _start_failing_fast(self) -> Any:
         self._event_verdict = None
         # The decision belongs to one spawn: a previous spawn's, with the events of the previous
         # pod of this name (KubeSpawner's ``events`` shows them all until ``_start`` sets its
@@ -757,15 +698,16 @@ class ColocatingKubeSpawner(KubeSpawner):
                 watcher.cancel()
         return await self._end_hopeless_spawn(start_future, verdict)
 
-    async def _end_hopeless_spawn(self, start_future: asyncio.Future, verdict: EventVerdict):
+    async def _end_hopeless_spawn(
+        self, start_future: asyncio.Future[Any], verdict: EventVerdict
+    ) -> NoReturn:
         self._event_verdict = verdict
         start_future.cancel()
         with contextlib.suppress(BaseException):
             await start_future
         self._release_colocation_lock()
-        log_message = (
-            f"colocate event-verdict=fail reason={verdict.reason} user={self.user.name!r} "
-            f"server={self.name!r} pod={self.pod_name} event={verdict.raw!r}"
+        log_message = messages.event_operator_line(
+            verdict, username=self.user.name, server_name=self.name, pod_name=self.pod_name
         )
         self.log.warning(log_message)
         metrics.observe_event_verdict(verdict.reason or "unknown")
@@ -774,14 +716,14 @@ class ColocatingKubeSpawner(KubeSpawner):
         except Exception:
             self.log.exception("colocate: could not delete pod %s", self.pod_name)
         message, message_html = messages.event_failure(
-            self.name, messages.default_failure(verdict.user_message), self.server_display_names()
+            verdict, self.name, self.server_display_names()
         )
         refusal = ColocationRefused(message, message_html, log_message, event_verdict=verdict)
         self._remember(refusal)
         uncount_refusal(self)
         raise refusal
 
-    async def progress(self):
+    async def progress(self) -> AsyncIterator[dict[str, Any]]:
         """Progress of the spawn for the spawn-pending page, in plain language.
 
         Like KubeSpawner's, it reports this pod's events until the start finishes, but it tracks
@@ -792,7 +734,7 @@ class ColocatingKubeSpawner(KubeSpawner):
         if not self.events_enabled:
             return
         await self._start_watching_events()
-        seen: set[str] = set()
+        seen: set[object] = set()  # uids, or ids of events without one
         progress = 0.0
         last_text = ""
         started = time.perf_counter()
@@ -818,56 +760,25 @@ class ColocatingKubeSpawner(KubeSpawner):
                     "html_message": held.jupyterhub_html_message,
                 }
             verdict = self.classify_events() if self._colocation_decision is not None else None
+            words = messages.event_text(verdict) if verdict is not None else ""
             for event in self.events:
                 uid = (event.get("metadata") or {}).get("uid") or id(event)
                 if uid in seen:
                     continue
                 seen.add(uid)
                 progress += (90 - progress) / 3
-                text = f"[{event.get('type')}] {event.get('message')}"
-                if (
-                    verdict is not None
-                    and verdict.user_message
-                    and event.get("reason") in (PLAIN_LANGUAGE_EVENTS)
-                ):
-                    text = verdict.user_message
+                text = messages.progress_line(event, words)
                 if text == last_text:
                     continue
                 last_text = text
                 yield {"progress": int(progress), "raw_event": event, "message": text}
-            if verdict is not None and verdict.user_message and verdict.user_message != last_text:
-                last_text = verdict.user_message
+            if words and words != last_text:
+                last_text = words
                 yield {"progress": int(progress), "message": last_text}
             if finished:
                 break
             await asyncio.sleep(1)
 
 
-def _display_name(spawner) -> str:
-    """A spawner's (or stored spawner's) display name: ``display_name`` (JupyterHub 6), else
-    ``user_options["display_name"]`` (jhub-apps on JupyterHub 5); "" when neither is a string."""
-    shown = getattr(spawner, "display_name", None)
-    if not isinstance(shown, str) or not shown.strip():
-        options = getattr(spawner, "user_options", None)
-        shown = options.get("display_name") if isinstance(options, dict) else None
-    return shown.strip() if isinstance(shown, str) else ""
-
-
-def _built_by_jhub_apps(cls) -> bool:
+def _built_by_jhub_apps(cls: type) -> bool:
     return any(base.__module__.startswith("jhub_apps") for base in cls.__mro__)
-
-
-#: events whose raw message the progress stream replaces with the classifier's plain words
-PLAIN_LANGUAGE_EVENTS = frozenset(
-    {
-        "FailedScheduling",
-        "NotTriggerScaleUp",
-        "TriggeredScaleUp",
-        "Nominated",
-        "FailedAttachVolume",
-        "Failed",
-        "BackOff",
-        "InspectFailed",
-        "ErrImageNeverPull",
-    }
-)

@@ -27,6 +27,7 @@ from kube.autoscaler import (
 from kube.spawning import legacy_affinity
 from kubespawner import KubeSpawner
 
+from nebari_colocate import messages
 from nebari_colocate.events import KARPENTER_FAILED, KARPENTER_SKIPS_PINNED, classify
 from nebari_colocate.spawner import ColocationRefused
 
@@ -118,7 +119,7 @@ async def test_gpu_lab_blocked_stock_waits_pending_and_karpenter_adds_no_node(ku
         print(f"karpenter, gpu lab blocked: {message}")
         assert verdict.reason == "no-scale-up", verdict
         assert "colocation" in verdict.causes
-        assert "where your other servers are" in verdict.user_message
+        assert "where your other servers are" in messages.event_text(verdict)
     finally:
         start.cancel()
 
@@ -173,13 +174,13 @@ async def test_karpenters_nomination_keeps_the_spawn_waiting_until_its_node_runs
         if lab._colocation_decision is None:
             continue
         verdict = lab.classify_events()
-        seen.append(verdict.user_message)
+        seen.append(messages.event_text(verdict))
         if verdict.raw.startswith("Pod should schedule on: nodeclaim/"):
             nominated = verdict
     await start
     assert nominated is not None, seen
     assert nominated.action == "wait"
-    assert "autoscaler is adding one" in nominated.user_message
+    assert "autoscaler is adding one" in messages.event_text(nominated)
     node = await node_of(kube, lab.pod_name)
     claim = nominated.raw.removeprefix("Pod should schedule on: nodeclaim/").split(",")[0]
     # The nomination names the NodeClaim; the pod runs on the Node Karpenter made for it, whose
@@ -206,7 +207,7 @@ async def test_karpenter_skipping_a_pinned_pod_is_no_verdict_the_scheduler_decid
         await spawners.start(app)
     verdict = refused.value.event_verdict
     assert verdict.reason == "unschedulable-pinned", verdict
-    assert "node pool" not in verdict.user_message
+    assert "node pool" not in messages.event_text(verdict)
     skipped = await karpenter_failure(kube, app.pod_name)
     print(f"karpenter, pinned pod: {skipped}")
     assert skipped == f"{KARPENTER_FAILED}{KARPENTER_SKIPS_PINNED}"
@@ -239,8 +240,9 @@ async def test_capacity_cap_stock_waits_and_karpenter_names_the_colocation(kube,
         assert verdict.reason == "no-scale-up", verdict
         assert "colocation" in verdict.causes
         # The person is told about the co-location, not about the GPU pool's taint.
-        assert "where your other servers are" in verdict.user_message
-        assert "taint" not in verdict.user_message and "reserved" not in verdict.user_message
+        words = messages.event_text(verdict)
+        assert "where your other servers are" in words
+        assert "taint" not in words and "reserved" not in words
     finally:
         start.cancel()
 

@@ -1,6 +1,6 @@
 """The Kubernetes API failing a spawn: KubeSpawner's raw client exceptions become words.
 
-``spawner.api_fault`` names the fault of an exception KubeSpawner lets through; the words are
+``faults.api_fault`` names the fault of an exception KubeSpawner lets through; the words are
 ``messages.api_fault_message`` (escaped in ``api_fault_html``).  The fault suite (tests/faults)
 provokes each of them on a real control plane.
 """
@@ -13,8 +13,9 @@ import aiohttp
 import pytest
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from nebari_colocate import messages
-from nebari_colocate.spawner import api_fault
+from nebari_colocate import faults, messages
+from nebari_colocate.faults import api_fault
+from nebari_colocate.jupyterhub import ColocationRefused
 
 
 def _connector_error() -> aiohttp.ClientConnectorError:
@@ -46,6 +47,12 @@ def _connector_error() -> aiohttp.ClientConnectorError:
             None,
         ),
         ("a-bug-is-not-an-api-fault", KeyError("spec"), None),
+        ("a-refusal-is-not-an-api-fault", ColocationRefused("no", "<b>no</b>", "log"), None),
+        (
+            "a-fault-named-before-is-not-named-again",
+            faults.KubernetesApiFault("m", "h", "log", faults.TIMEOUT),
+            None,
+        ),
     ],
 )
 def test_kubespawners_raw_client_exceptions_are_named(test_variation_id, exc, expect):
@@ -60,3 +67,21 @@ def test_every_fault_has_words_and_escaped_html(fault):
     assert "try again" in text or "administrator" in text
     html = messages.api_fault_html(fault, server_name="<b>app</b>", detail="x")
     assert "<b>app</b>" not in html and "&lt;b&gt;app&lt;/b&gt;" in html
+
+
+def test_every_fault_code_has_words():
+    assert sorted(messages.API_FAULTS) == sorted(faults.FAULT_CODES)
+
+
+def test_the_operator_line_names_the_fault_and_the_client_exception_on_one_line():
+    line = messages.api_fault_operator_line(
+        faults.TIMEOUT,
+        TimeoutError("Could not create\nPVC claim-alice"),
+        username="alice",
+        server_name="app",
+        pod_name="jupyter-alice--app",
+    )
+    assert line == (
+        "colocate api-fault=timeout user='alice' server='app' pod=jupyter-alice--app "
+        "error=TimeoutError: Could not create PVC claim-alice"
+    )

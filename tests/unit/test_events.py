@@ -1,19 +1,38 @@
 """classify(): which pod events end a spawn at once, which after a grace period, which wait.
 
-Every message below is in the exact format the upstream component emits (DESIGN section 9):
-kube-scheduler FitError, cluster-autoscaler and Karpenter pod events, the attach/detach
-controller's Multi-Attach error and the kubelet's image events.
+One table per rule, each row a sentence: the events, the verdict's code and facts, and words the
+person reads (``messages.event_text``).  Every message below is in the exact format the upstream
+component emits (docs/troubleshooting.md, "The Kubernetes event messages"): kube-scheduler
+FitError, cluster-autoscaler and Karpenter pod events, the attach/detach controller's
+Multi-Attach error and the kubelet's image events.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta, timezone
+from typing import Any, NamedTuple
 
 import pytest
 
+from nebari_colocate import messages
 from nebari_colocate.events import (
     EVENT_REASON_CODES,
+    FAIL,
+    IMAGE_INVALID,
+    IMAGE_PULL,
+    MULTI_ATTACH,
+    NO_NODE_YET,
+    NO_SCALE_UP,
+    PROGRESS,
+    PROGRESS_EVENTS,
+    RETRYING_PULL,
+    SCALING_UP,
+    UNSCHEDULABLE,
+    UNSCHEDULABLE_PINNED,
+    WAIT,
+    WAIT_CODES,
     EventVerdict,
     classify,
     fit_error_fragments,
@@ -233,198 +252,239 @@ def attach(reason, message, at):
     return core(reason, message, at, component="attachdetach-controller", kind=kind)
 
 
-PINNED = {"pinned_node": "cpu-1"}
+class Case(NamedTuple):
+    """One row of a rule's table: the pod's events, and the verdict they must give."""
 
-# (test_variation_id, events, options, now (seconds after T0), action, reason, words in the text)
-VERDICTS = [
-    # --- pinned and unschedulable: fail at once, name the node, say why in words ------------
-    (
+    name: str  # what the row shows, as a sentence (the test id)
+    events: Sequence[Mapping[str, Any]]
+    want_code: str  # the verdict's code (EVENT_REASON_CODES fail, WAIT_CODES wait)
+    want_words: tuple[str, ...] = ()  # in what the person reads (messages.event_text)
+    want_absent: tuple[str, ...] = ()  # never in it
+    want_facts: Mapping[str, Any] = {}  # verdict fields and their values
+    pinned_node: str | None = None
+    now: float = 1  # seconds after T0
+    options: Mapping[str, Any] = {}  # classify's other keyword arguments
+
+
+def named(case: Case) -> str:
+    return case.name
+
+
+def check(case: Case) -> EventVerdict:
+    verdict = classify(
+        case.events,
+        pinned_node=case.pinned_node,
+        now=T0 + timedelta(seconds=case.now),
+        **case.options,
+    )
+    text = messages.event_text(verdict)
+    assert verdict.code == case.want_code, (verdict, text)
+    assert verdict.action == (FAIL if case.want_code in EVENT_REASON_CODES else WAIT)
+    assert verdict.reason == (case.want_code if verdict.action == FAIL else None)
+    if verdict.code == UNSCHEDULABLE_PINNED:
+        assert verdict.node == case.pinned_node  # the words name the node it is pinned to
+    for field, value in case.want_facts.items():
+        assert getattr(verdict, field) == value, field
+    for words in case.want_words:
+        assert words in text
+    for words in case.want_absent:
+        assert words not in text
+    # The raw message for the operator is one the cluster wrote, verbatim.
+    assert verdict.raw == "" or verdict.raw in [e["message"] for e in case.events]
+    if verdict.action == FAIL:
+        assert text and verdict.raw
+    # Pod names stay in the operator log, never in the person's text.
+    assert "jupyter-" not in text
+    return verdict
+
+
+# A pod pinned to its volume's node that the scheduler cannot place there fails at once, naming
+# the node and why in words: no autoscaler can help, a new node never holds the volume.
+PINNED_NODE = [
+    Case(
         "gpu_profile_pinned_to_a_cpu_node_fails_at_once",
         [scheduler(GPU_PROFILE_ON_CPU_NODES, 0)],
-        PINNED,
-        1,
-        "fail",
-        "unschedulable-pinned",
-        ("node cpu-1", "not enough free GPUs", "not the kind of node"),
+        UNSCHEDULABLE_PINNED,
+        want_words=("node cpu-1", "not enough free GPUs", "not the kind of node"),
+        pinned_node="cpu-1",
     ),
-    (
+    Case(
         "cordoned_pinned_node_fails_at_once",
         [scheduler(PINNED_NODE_CORDONED, 0)],
-        PINNED,
-        1,
-        "fail",
-        "unschedulable-pinned",
-        ("node cpu-1", "cordoned"),
+        UNSCHEDULABLE_PINNED,
+        want_words=("node cpu-1", "cordoned"),
+        pinned_node="cpu-1",
     ),
-    (
+    Case(
         "full_pinned_node_fails_at_once",
         [scheduler(PINNED_NODE_FULL, 0)],
-        PINNED,
-        1,
-        "fail",
-        "unschedulable-pinned",
-        ("not enough free CPU", "as many pods as it may"),
+        UNSCHEDULABLE_PINNED,
+        want_words=("not enough free CPU", "as many pods as it may"),
+        pinned_node="cpu-1",
     ),
-    (
+    Case(
         "pinned_node_with_an_untolerated_taint_fails_at_once",
         [scheduler(PINNED_NODE_TAINTED, 0)],
-        PINNED,
-        1,
-        "fail",
-        "unschedulable-pinned",
-        ("taint this server does not tolerate",),
+        UNSCHEDULABLE_PINNED,
+        want_words=("taint this server does not tolerate",),
+        pinned_node="cpu-1",
     ),
-    (
+    Case(
         "older_taint_wording_on_the_pinned_node_fails_at_once",
         [scheduler(OLDER_TAINT_WORDING, 0)],
-        PINNED,
-        1,
-        "fail",
-        "unschedulable-pinned",
-        ("taint this server does not tolerate",),
+        UNSCHEDULABLE_PINNED,
+        want_words=("taint this server does not tolerate",),
+        pinned_node="cpu-1",
     ),
-    (
+    Case(
         "volume_node_affinity_on_the_pinned_node_fails_at_once",
         [scheduler(PINNED_NODE_VOLUME_AFFINITY, 0)],
-        PINNED,
-        1,
-        "fail",
-        "unschedulable-pinned",
-        ("unable to reach the storage volume",),
+        UNSCHEDULABLE_PINNED,
+        want_words=("unable to reach the storage volume",),
+        pinned_node="cpu-1",
     ),
-    (
+    Case(
         "read_write_once_pod_conflict_on_the_pinned_node_fails_at_once",
         [scheduler(RWOP_CONFLICT, 0)],
-        PINNED,
-        1,
-        "fail",
-        "unschedulable-pinned",
-        ("allows a single pod",),
+        UNSCHEDULABLE_PINNED,
+        want_words=("allows a single pod",),
+        pinned_node="cpu-1",
     ),
-    (
+    Case(
         "pinned_node_fails_at_once_even_with_the_grace_disabled",
         [scheduler(CPU_FULL, 0)],
-        {**PINNED, "unschedulable_grace_seconds": 0},
-        1,
-        "fail",
-        "unschedulable-pinned",
-        ("not enough free CPU",),
+        UNSCHEDULABLE_PINNED,
+        want_words=("not enough free CPU",),
+        pinned_node="cpu-1",
+        options={"unschedulable_grace_seconds": 0},
     ),
-    (
+    Case(
         "pinned_node_that_became_free_after_a_failure_waits",
         [scheduler(CPU_FULL, 0), core("Scheduled", SCHEDULED, 20)],
-        PINNED,
-        30,
-        "wait",
-        None,
-        ("Assigned to a node",),
+        PROGRESS,
+        want_words=("Assigned to a node",),
+        want_facts={"event": "Scheduled"},
+        pinned_node="cpu-1",
+        now=30,
     ),
-    # --- an autoscaler that will not add a node: fail at once -------------------------------
-    (
+]
+
+
+@pytest.mark.parametrize("case", PINNED_NODE, ids=named)
+def test_a_pod_the_scheduler_cannot_place_on_its_volumes_node_fails_at_once(case: Case) -> None:
+    check(case)
+
+
+# An autoscaler that says it will not add a node ends the spawn at once.
+AUTOSCALER_REFUSAL = [
+    Case(
         "cluster_autoscaler_refusal_fails_at_once",
         [scheduler(CPU_FULL, 0), autoscaler("NotTriggerScaleUp", CA_REFUSED, 2)],
-        {},
-        3,
-        "fail",
-        "no-scale-up",
-        ("cluster autoscaler cannot add one", "maximum size", "not the kind of node"),
+        NO_SCALE_UP,
+        want_words=(
+            "cluster autoscaler cannot add one",
+            "maximum size",
+            "not the kind of node",
+        ),
+        now=3,
     ),
-    (
+    Case(
         "older_cluster_autoscaler_refusal_wording_fails_at_once",
         [
             scheduler(GPU_PROFILE_ON_CPU_NODES, 0),
             autoscaler("NotTriggerScaleUp", CA_REFUSED_OLDER, 2),
         ],
-        {},
-        3,
-        "fail",
-        "no-scale-up",
-        ("not enough free GPUs",),
+        NO_SCALE_UP,
+        want_words=("not enough free GPUs",),
+        now=3,
     ),
-    (
+    Case(
         "karpenter_incompatible_requirements_fail_at_once",
         [
             scheduler(GPU_PROFILE_ON_CPU_NODES, 0),
             karpenter("FailedScheduling", KARPENTER_REQUIREMENTS, 1),
         ],
-        {},
-        2,
-        "fail",
-        "no-scale-up",
-        ("no node pool offers",),
+        NO_SCALE_UP,
+        want_words=("no node pool offers",),
+        now=2,
     ),
-    (
+    Case(
         "karpenter_untolerated_taint_fails_at_once",
-        [scheduler(GPU_PROFILE_ON_CPU_NODES, 0), karpenter("FailedScheduling", KARPENTER_TAINT, 1)],
-        {},
-        2,
-        "fail",
-        "no-scale-up",
-        ("reserved for other kinds of servers",),
+        [
+            scheduler(GPU_PROFILE_ON_CPU_NODES, 0),
+            karpenter("FailedScheduling", KARPENTER_TAINT, 1),
+        ],
+        NO_SCALE_UP,
+        want_words=("reserved for other kinds of servers",),
+        now=2,
     ),
-    (
+    Case(
         "karpenter_nodepool_limits_fail_at_once",
         [scheduler(CPU_FULL, 0), karpenter("FailedScheduling", KARPENTER_LIMITS, 1)],
-        {},
-        2,
-        "fail",
-        "no-scale-up",
-        ("reached their size limits",),
+        NO_SCALE_UP,
+        want_words=("reached their size limits",),
+        now=2,
     ),
-    (
+    Case(
         "karpenter_finding_no_instance_type_fails_at_once",
         [scheduler(CPU_FULL, 0), karpenter("FailedScheduling", KARPENTER_NO_TYPE, 1)],
-        {},
-        2,
-        "fail",
-        "no-scale-up",
-        ("no machine type",),
+        NO_SCALE_UP,
+        want_words=("no machine type",),
+        now=2,
     ),
-    # --- scale-up in progress: keep waiting --------------------------------------------------
-    (
+]
+
+
+@pytest.mark.parametrize("case", AUTOSCALER_REFUSAL, ids=named)
+def test_an_autoscaler_refusing_to_add_a_node_ends_the_spawn_at_once(case: Case) -> None:
+    check(case)
+
+
+# A scale-up in progress keeps the spawn waiting, whatever the scheduler says meanwhile.
+SCALE_UP = [
+    Case(
         "triggered_scale_up_after_failed_scheduling_keeps_waiting_for_a_gpu_node",
         [
             scheduler(GPU_PROFILE_ON_CPU_NODES, 0),
             autoscaler("TriggeredScaleUp", CA_TRIGGERED, 5),
         ],
-        {},
-        600,
-        "wait",
-        None,
-        ("Waiting for a node with a free GPU: the cluster autoscaler is adding one",),
+        SCALING_UP,
+        want_words=("Waiting for a node with a free GPU: the cluster autoscaler is adding one",),
+        want_facts={"gpu": True},
+        now=600,
     ),
-    (
+    Case(
         "triggered_scale_up_for_cpu_keeps_waiting_for_a_new_node",
         [scheduler(CPU_FULL, 0), autoscaler("TriggeredScaleUp", CA_TRIGGERED, 5)],
-        {},
-        600,
-        "wait",
-        None,
-        ("Waiting for a new node: the cluster autoscaler is adding one",),
+        SCALING_UP,
+        want_words=("Waiting for a new node: the cluster autoscaler is adding one",),
+        want_facts={"gpu": False},
+        now=600,
     ),
-    (
+    Case(
         "karpenter_nomination_keeps_waiting",
-        [scheduler(GPU_PROFILE_ON_CPU_NODES, 0), karpenter("Nominated", KARPENTER_NOMINATED, 2)],
-        {},
-        600,
-        "wait",
-        None,
-        ("free GPU", "adding one"),
+        [
+            scheduler(GPU_PROFILE_ON_CPU_NODES, 0),
+            karpenter("Nominated", KARPENTER_NOMINATED, 2),
+        ],
+        SCALING_UP,
+        want_words=("free GPU", "adding one"),
+        want_facts={"gpu": True},
+        now=600,
     ),
-    (
+    Case(
         "scheduler_retries_while_the_new_node_boots_keep_waiting",
         [
             scheduler(GPU_PROFILE_ON_CPU_NODES, 0),
             autoscaler("TriggeredScaleUp", CA_TRIGGERED, 5),
             scheduler(NODE_BOOTING, 150, last=200, count=3),
         ],
-        {},
-        260,
-        "wait",
-        None,
-        ("adding one",),
+        SCALING_UP,
+        want_words=("adding one",),
+        want_facts={"gpu": True},
+        now=260,
     ),
-    (
+    Case(
         "later_failed_scheduling_and_refusal_after_a_scale_up_fail",
         [
             scheduler(GPU_PROFILE_ON_CPU_NODES, 0),
@@ -432,197 +492,214 @@ VERDICTS = [
             scheduler(GPU_PROFILE_ON_CPU_NODES, 240),
             autoscaler("NotTriggerScaleUp", CA_BACKOFF, 245),
         ],
-        {},
-        250,
-        "fail",
-        "no-scale-up",
-        ("a recent attempt to add such a node failed",),
+        NO_SCALE_UP,
+        want_words=("a recent attempt to add such a node failed",),
+        now=250,
     ),
-    (
+    Case(
         "scale_up_after_an_earlier_refusal_keeps_waiting",
         [
             scheduler(CPU_FULL, 0),
             autoscaler("NotTriggerScaleUp", CA_REFUSED, 2),
             autoscaler("TriggeredScaleUp", CA_TRIGGERED, 180),
         ],
-        {},
-        200,
-        "wait",
-        None,
-        ("adding one",),
+        SCALING_UP,
+        want_words=("adding one",),
+        want_facts={"gpu": False},
+        now=200,
     ),
-    # --- unschedulable with no autoscaler word: the grace period -----------------------------
-    (
+]
+
+
+@pytest.mark.parametrize("case", SCALE_UP, ids=named)
+def test_a_scale_up_in_progress_keeps_the_spawn_waiting(case: Case) -> None:
+    check(case)
+
+
+# Unschedulable with no word from an autoscaler: the spawn waits out unschedulable_grace_seconds.
+GRACE = [
+    Case(
         "unpinned_unschedulable_waits_within_the_grace",
         [scheduler(CPU_FULL, 0)],
-        {},
-        59,
-        "wait",
-        None,
-        ("Waiting for a node that can run this server", "3 nodes: not enough free CPU"),
+        NO_NODE_YET,
+        want_words=(
+            "Waiting for a node that can run this server",
+            "3 nodes: not enough free CPU",
+        ),
+        now=59,
     ),
-    (
+    Case(
         "unpinned_unschedulable_fails_once_the_grace_has_passed",
         [scheduler(CPU_FULL, 0)],
-        {},
-        60,
-        "fail",
-        "unschedulable",
-        ("3 nodes: not enough free CPU", "60 seconds"),
+        UNSCHEDULABLE,
+        want_words=("3 nodes: not enough free CPU", "60 seconds"),
+        want_facts={"grace": 60},
+        now=60,
     ),
-    (
+    Case(
         "grace_counts_from_the_first_failed_scheduling_not_the_latest",
         [scheduler(CPU_FULL, 0, last=55, count=4)],
-        {},
-        61,
-        "fail",
-        "unschedulable",
-        ("not enough free CPU",),
+        UNSCHEDULABLE,
+        want_words=("not enough free CPU",),
+        want_facts={"grace": 60},
+        now=61,
     ),
-    (
+    Case(
         "a_longer_grace_keeps_waiting",
         [scheduler(CPU_FULL, 0)],
-        {"unschedulable_grace_seconds": 300},
-        200,
-        "wait",
-        None,
-        ("Waiting for a node",),
+        NO_NODE_YET,
+        want_words=("Waiting for a node",),
+        options={"unschedulable_grace_seconds": 300},
+        now=200,
     ),
-    (
+    Case(
         "zero_grace_waits_for_ever",
         [scheduler(CPU_FULL, 0)],
-        {"unschedulable_grace_seconds": 0},
-        3600,
-        "wait",
-        None,
-        ("Waiting for a node",),
+        NO_NODE_YET,
+        want_words=("Waiting for a node",),
+        options={"unschedulable_grace_seconds": 0},
+        now=3600,
     ),
-    (
+    Case(
         "unrecognised_karpenter_failure_waits_within_the_grace",
         [scheduler(CPU_FULL, 0), karpenter("FailedScheduling", KARPENTER_OTHER, 3)],
-        {},
-        30,
-        "wait",
-        None,
-        ("Waiting for a node",),
+        NO_NODE_YET,
+        want_words=("Waiting for a node",),
+        now=30,
     ),
-    (
+    Case(
         "unrecognised_karpenter_failure_fails_once_the_grace_has_passed",
         [scheduler(CPU_FULL, 0), karpenter("FailedScheduling", KARPENTER_OTHER, 3)],
-        {},
-        61,
-        "fail",
-        "unschedulable",
-        ("not enough free CPU",),
+        UNSCHEDULABLE,
+        want_words=("not enough free CPU",),
+        want_facts={"grace": 60},
+        now=61,
     ),
-    # --- the volume is attached elsewhere: fail at once --------------------------------------
-    (
+]
+
+
+@pytest.mark.parametrize("case", GRACE, ids=named)
+def test_an_unschedulable_pod_fails_once_its_grace_has_passed(case: Case) -> None:
+    check(case)
+
+
+# The volume is attached to another node (Multi-Attach, Waiting for detach): fail at once, unless
+# the same volume attached after it.
+ATTACHED_ELSEWHERE = [
+    Case(
         "multi_attach_error_fails_at_once",
-        [core("Scheduled", SCHEDULED, 0), attach("FailedAttachVolume", MULTI_ATTACH_MIXED, 1)],
-        {},
-        2,
-        "fail",
-        "multi-attach",
-        ("2 other servers",),
+        [
+            core("Scheduled", SCHEDULED, 0),
+            attach("FailedAttachVolume", MULTI_ATTACH_MIXED, 1),
+        ],
+        MULTI_ATTACH,
+        want_words=("2 other servers",),
+        want_facts={"holders": ("jupyter-alice--app", "jupyter-bob"), "others": 2},
+        now=2,
     ),
-    (
+    Case(
         "exclusive_attachment_without_pods_fails_at_once",
-        [core("Scheduled", SCHEDULED, 0), attach("FailedAttachVolume", MULTI_ATTACH_EXCLUSIVE, 1)],
-        {},
-        2,
-        "fail",
-        "multi-attach",
-        ("still attached to another node", "Try again in a minute"),
+        [
+            core("Scheduled", SCHEDULED, 0),
+            attach("FailedAttachVolume", MULTI_ATTACH_EXCLUSIVE, 1),
+        ],
+        MULTI_ATTACH,
+        want_words=("still attached to another node", "Try again in a minute"),
+        want_facts={"holders": (), "others": 0},
+        now=2,
     ),
-    (
+    Case(
         "waiting_for_detach_fails_at_once",
         [
             core("Scheduled", SCHEDULED, 0),
             attach("FailedAttachVolume", WAITING_FOR_DETACH_MIXED, 1),
         ],
-        {},
-        2,
-        "fail",
-        "multi-attach",
-        ("2 other servers",),
+        MULTI_ATTACH,
+        want_words=("2 other servers",),
+        want_facts={"holders": ("jupyter-alice--app", "jupyter-bob"), "others": 2},
+        now=2,
     ),
-    (
+    Case(
         "waiting_for_detach_of_an_exclusive_attachment_fails_at_once",
         [
             core("Scheduled", SCHEDULED, 0),
             attach("FailedAttachVolume", WAITING_FOR_DETACH_EXCLUSIVE, 1),
         ],
-        {},
-        2,
-        "fail",
-        "multi-attach",
-        ("still attached to another node", "Try again in a minute"),
+        MULTI_ATTACH,
+        want_words=("still attached to another node", "Try again in a minute"),
+        want_facts={"holders": (), "others": 0},
+        now=2,
     ),
-    (
+    Case(
         "waiting_for_detach_resolved_by_a_later_attach_of_the_same_volume_waits",
         [
             attach("FailedAttachVolume", WAITING_FOR_DETACH_MIXED, 1),
             attach("SuccessfulAttachVolume", ATTACHED_1234, 40),
         ],
-        {},
-        41,
-        "wait",
-        None,
-        ("Storage volume attached",),
+        PROGRESS,
+        want_words=("Storage volume attached",),
+        want_facts={"event": "SuccessfulAttachVolume"},
+        now=41,
     ),
-    (
+    Case(
         "multi_attach_resolved_by_a_later_attach_of_the_same_volume_waits",
         [
             attach("FailedAttachVolume", MULTI_ATTACH_MIXED, 1),
             attach("SuccessfulAttachVolume", ATTACHED_1234, 40),
         ],
-        {},
-        41,
-        "wait",
-        None,
-        ("Storage volume attached",),
+        PROGRESS,
+        want_words=("Storage volume attached",),
+        want_facts={"event": "SuccessfulAttachVolume"},
+        now=41,
     ),
-    (
+    Case(
         "attach_of_another_volume_does_not_resolve_a_multi_attach_error",
         [
             attach("FailedAttachVolume", MULTI_ATTACH_MIXED, 1),
             attach("SuccessfulAttachVolume", ATTACHED_5678, 2),
         ],
-        {},
-        3,
-        "fail",
-        "multi-attach",
-        (),
+        MULTI_ATTACH,
+        want_facts={"holders": ("jupyter-alice--app", "jupyter-bob"), "others": 2},
+        now=3,
     ),
-    # --- images ------------------------------------------------------------------------------
-    (
+]
+
+
+@pytest.mark.parametrize("case", ATTACHED_ELSEWHERE, ids=named)
+def test_a_volume_attached_elsewhere_ends_the_spawn_at_once(case: Case) -> None:
+    check(case)
+
+
+# An invalid image fails at once; a failing pull after image_pull_grace_seconds.
+IMAGES = [
+    Case(
         "invalid_image_name_fails_at_once",
         [kubelet("Failed", INVALID_IMAGE_NAME, 0)],
-        {},
-        1,
-        "fail",
-        "image-invalid",
-        ("image name", "not valid"),
+        IMAGE_INVALID,
+        want_words=("image name", "not valid"),
+        want_facts={"image": None, "causes": ("bad-name",)},
     ),
-    (
+    Case(
         "unparseable_image_reference_fails_at_once",
-        [kubelet("InspectFailed", DEFAULT_TAG_FAILED, 0), kubelet("Failed", INVALID_IMAGE_NAME, 0)],
-        {},
-        1,
-        "fail",
-        "image-invalid",
-        ('"quay.io/nebari/Lab:2024.1"', "not valid"),
+        [
+            kubelet("InspectFailed", DEFAULT_TAG_FAILED, 0),
+            kubelet("Failed", INVALID_IMAGE_NAME, 0),
+        ],
+        IMAGE_INVALID,
+        want_words=('"quay.io/nebari/Lab:2024.1"', "not valid"),
+        want_facts={"image": "quay.io/nebari/Lab:2024.1", "causes": ("bad-name",)},
     ),
-    (
+    Case(
         "absent_image_with_pull_policy_never_fails_at_once",
-        [kubelet("ErrImageNeverPull", NEVER_PULL, 0), kubelet("Failed", ERR_NEVER_PULL, 0)],
-        {},
-        1,
-        "fail",
-        "image-invalid",
-        ("pull policy forbids downloading it",),
+        [
+            kubelet("ErrImageNeverPull", NEVER_PULL, 0),
+            kubelet("Failed", ERR_NEVER_PULL, 0),
+        ],
+        IMAGE_INVALID,
+        want_words=("pull policy forbids downloading it",),
+        want_facts={"image": IMAGE, "causes": ("never-pull",)},
     ),
-    (
+    Case(
         "image_pull_failure_waits_within_the_grace",
         [
             kubelet("Pulling", PULLING, 0),
@@ -631,13 +708,12 @@ VERDICTS = [
             kubelet("BackOff", PULL_BACKOFF, 10),
             kubelet("Failed", ERR_PULL_BACKOFF, 10),
         ],
-        {},
-        120,
-        "wait",
-        None,
-        (f'Retrying the download of image "{IMAGE}"',),
+        RETRYING_PULL,
+        want_words=(f'Retrying the download of image "{IMAGE}"',),
+        want_facts={"image": IMAGE},
+        now=120,
     ),
-    (
+    Case(
         "image_pull_failure_fails_once_the_grace_has_passed",
         [
             kubelet("Pulling", PULLING, 0),
@@ -646,31 +722,32 @@ VERDICTS = [
             kubelet("BackOff", PULL_BACKOFF, 10, last=100, count=5),
             kubelet("Failed", ERR_PULL_BACKOFF, 10, last=100, count=5),
         ],
-        {},
-        125,
-        "fail",
-        "image-pull",
-        (f'"{IMAGE}"', "120 seconds", "not found"),
+        IMAGE_PULL,
+        want_words=(f'"{IMAGE}"', "120 seconds", "not found"),
+        want_facts={"image": IMAGE, "causes": ("not-found",), "grace": 120},
+        now=125,
     ),
-    (
+    Case(
         "pull_back_off_alone_fails_once_the_grace_has_passed",
         [kubelet("BackOff", PULL_BACKOFF, 0, last=200, count=9)],
-        {},
-        130,
-        "fail",
-        "image-pull",
-        (f'"{IMAGE}"',),
+        IMAGE_PULL,
+        want_words=(f'"{IMAGE}"',),
+        want_facts={"image": IMAGE, "grace": 120},
+        now=130,
     ),
-    (
+    Case(
         "image_pull_grace_of_zero_waits_for_ever",
-        [kubelet("Failed", PULL_FAILED, 0), kubelet("BackOff", PULL_BACKOFF, 10, last=3000)],
-        {"image_pull_grace_seconds": 0},
-        3600,
-        "wait",
-        None,
-        ("Retrying",),
+        [
+            kubelet("Failed", PULL_FAILED, 0),
+            kubelet("BackOff", PULL_BACKOFF, 10, last=3000),
+        ],
+        RETRYING_PULL,
+        want_words=("Retrying",),
+        want_facts={"image": IMAGE},
+        options={"image_pull_grace_seconds": 0},
+        now=3600,
     ),
-    (
+    Case(
         "successful_pull_after_a_failure_ends_the_pull_grace",
         [
             kubelet("Failed", PULL_FAILED, 0),
@@ -678,26 +755,33 @@ VERDICTS = [
             kubelet("Pulled", PULLED, 30),
             kubelet("Pulling", PULLING_INIT, 40),
         ],
-        {},
-        300,
-        "wait",
-        None,
-        ("Downloading the server image",),
+        PROGRESS,
+        want_words=("Downloading the server image",),
+        want_facts={"event": "Pulling"},
+        now=300,
     ),
-    (
+    Case(
         "crash_loop_back_off_is_not_an_image_failure",
         [
             kubelet("Started", "Started container notebook", 0),
             kubelet("BackOff", CRASH_LOOP, 5, last=900),
         ],
-        {},
-        1000,
-        "wait",
-        None,
-        ("Server container started",),
+        PROGRESS,
+        want_words=("Server container started",),
+        want_facts={"event": "Started"},
+        now=1000,
     ),
-    # --- everything else waits ---------------------------------------------------------------
-    (
+]
+
+
+@pytest.mark.parametrize("case", IMAGES, ids=named)
+def test_image_trouble_fails_at_once_or_after_the_pull_grace(case: Case) -> None:
+    check(case)
+
+
+# Everything else waits, saying how far the start got.
+EVERYTHING_ELSE = [
+    Case(
         "unrelated_events_wait_with_progress_text",
         [
             core("Scheduled", SCHEDULED, 0),
@@ -706,13 +790,13 @@ VERDICTS = [
             kubelet("Created", "Created container notebook", 61),
             kubelet("Started", "Started container notebook", 61),
         ],
-        PINNED,
-        62,
-        "wait",
-        None,
-        ("Server container started",),
+        PROGRESS,
+        want_words=("Server container started",),
+        want_facts={"event": "Started"},
+        pinned_node="cpu-1",
+        now=62,
     ),
-    (
+    Case(
         "scheduling_after_a_scale_up_ends_the_scheduling_trouble",
         [
             scheduler(GPU_PROFILE_ON_CPU_NODES, 0),
@@ -720,294 +804,313 @@ VERDICTS = [
             core("Scheduled", SCHEDULED, 200),
             kubelet("Pulling", PULLING, 201),
         ],
-        {},
-        400,
-        "wait",
-        None,
-        ("Downloading the server image",),
+        PROGRESS,
+        want_words=("Downloading the server image",),
+        want_facts={"event": "Pulling"},
+        now=400,
     ),
-    (
+    Case(
         "kubelet_events_prove_the_pod_is_bound_when_scheduled_was_missed",
         [scheduler(CPU_FULL, 0), kubelet("Pulling", PULLING, 100)],
-        {},
-        400,
-        "wait",
-        None,
-        ("Downloading the server image",),
+        PROGRESS,
+        want_words=("Downloading the server image",),
+        want_facts={"event": "Pulling"},
+        now=400,
     ),
-    # --- timestamps --------------------------------------------------------------------------
-    (
+]
+
+
+@pytest.mark.parametrize("case", EVERYTHING_ELSE, ids=named)
+def test_everything_else_waits_with_progress_words(case: Case) -> None:
+    check(case)
+
+
+# Events are read in time order, whichever of the two Event APIs wrote them, with or without
+# times.
+TIMESTAMPS = [
+    Case(
         "events_without_timestamps_still_fail_at_once",
         [bare("FailedScheduling", PINNED_NODE_CORDONED)],
-        PINNED,
-        1,
-        "fail",
-        "unschedulable-pinned",
-        ("cordoned",),
+        UNSCHEDULABLE_PINNED,
+        want_words=("cordoned",),
+        pinned_node="cpu-1",
     ),
-    (
+    Case(
         "failed_scheduling_without_timestamps_never_fails_on_time",
         [bare("FailedScheduling", CPU_FULL)],
-        {},
-        100_000,
-        "wait",
-        None,
-        ("Waiting for a node",),
+        NO_NODE_YET,
+        want_words=("Waiting for a node",),
+        now=100_000,
     ),
-    (
+    Case(
         "events_api_microtime_and_series_are_read",
         [series("FailedScheduling", CPU_FULL, 0.5, last=40)],
-        {},
-        61,
-        "fail",
-        "unschedulable",
-        ("not enough free CPU",),
+        UNSCHEDULABLE,
+        want_words=("not enough free CPU",),
+        want_facts={"grace": 60},
+        now=61,
     ),
-    (
+    Case(
         "events_are_put_in_time_order_before_the_latest_autoscaler_word_decides",
         [
             autoscaler("TriggeredScaleUp", CA_TRIGGERED, 180),
             scheduler(CPU_FULL, 0),
             autoscaler("NotTriggerScaleUp", CA_REFUSED, 2),
         ],
-        {},
-        200,
-        "wait",
-        None,
-        ("adding one",),
+        SCALING_UP,
+        want_words=("adding one",),
+        want_facts={"gpu": False},
+        now=200,
     ),
-    (
+    Case(
         "a_refusal_that_came_last_fails_whatever_the_input_order",
         [
             autoscaler("NotTriggerScaleUp", CA_REFUSED, 100),
             autoscaler("TriggeredScaleUp", CA_TRIGGERED, 5),
             scheduler(CPU_FULL, 0),
         ],
-        {},
-        101,
-        "fail",
-        "no-scale-up",
-        (),
+        NO_SCALE_UP,
+        now=101,
     ),
-    (
-        "no_events_wait_with_nothing_to_say",
-        [],
-        PINNED,
-        0,
-        "wait",
-        None,
-        (),
+    Case("no_events_wait_with_nothing_to_say", [], PROGRESS, pinned_node="cpu-1", now=0),
+]
+
+
+@pytest.mark.parametrize("case", TIMESTAMPS, ids=named)
+def test_events_are_read_in_time_order_with_or_without_timestamps(case: Case) -> None:
+    check(case)
+
+
+class Holders(NamedTuple):
+    """A Multi-Attach message, the user's own pods, and who the words may (and may not) name."""
+
+    message: str
+    own_servers: Mapping[str, str] | None
+    want_holders: tuple[str, ...]
+    want_words: tuple[str, ...]
+    want_absent: tuple[str, ...] = ()
+
+
+# Only the user's own servers are named; every other pod is counted.
+MULTI_ATTACH_HOLDERS = [
+    pytest.param(
+        Holders(
+            MULTI_ATTACH_MIXED,
+            {"jupyter-alice--app": "app"},
+            want_holders=("jupyter-alice--app", "jupyter-bob"),
+            want_words=("in use by 'app' and 1 other server.", "Stop 'app'"),
+            want_absent=("bob",),
+        ),
+        id="own_app_is_named_and_another_users_pod_only_counted",
+    ),
+    pytest.param(
+        Holders(
+            MULTI_ATTACH_OTHER_NAMESPACES,
+            {"jupyter-alice": ""},
+            want_holders=("jupyter-alice",),
+            want_words=("your default server and 1 other server", "Stop your default server"),
+        ),
+        id="own_default_server_is_named_and_pods_in_other_namespaces_counted",
+    ),
+    pytest.param(
+        Holders(
+            MULTI_ATTACH_MIXED,
+            None,
+            want_holders=("jupyter-alice--app", "jupyter-bob"),
+            want_words=("in use by 2 other servers", "ask your administrator"),
+            want_absent=("alice", "bob", "Stop"),
+        ),
+        id="without_own_servers_every_holder_is_only_counted",
+    ),
+    pytest.param(
+        Holders(
+            MULTI_ATTACH_ONLY_OTHER_NAMESPACES,
+            {"jupyter-alice": ""},
+            want_holders=(),
+            want_words=("in use by 2 other servers",),
+            want_absent=("default server",),
+        ),
+        id="holders_only_in_other_namespaces_are_counted",
+    ),
+    pytest.param(
+        Holders(
+            'Multi-Attach error for volume "pvc-1234" Volume is already used by pod(s) '
+            "jupyter-alice--viz, jupyter-alice, jupyter-alice--app",
+            {"jupyter-alice--viz": "viz", "jupyter-alice": "", "jupyter-alice--app": "app"},
+            want_holders=("jupyter-alice--viz", "jupyter-alice", "jupyter-alice--app"),
+            want_words=("in use by your default server, 'app' and 'viz'.",),
+            want_absent=("other server",),
+        ),
+        id="several_own_servers_are_listed_default_first",
+    ),
+    pytest.param(
+        Holders(
+            MULTI_ATTACH_EXCLUSIVE,
+            {"jupyter-alice": ""},
+            want_holders=(),
+            want_words=("still attached to another node",),
+            want_absent=("default server",),
+        ),
+        id="exclusive_attachment_names_nobody",
+    ),
+    pytest.param(
+        Holders(
+            WAITING_FOR_DETACH_USED,
+            {"jupyter-alice--pandas-app": "pandas-app"},
+            want_holders=("jupyter-alice--pandas-app",),
+            want_words=("in use by 'pandas-app'.", "Stop 'pandas-app'"),
+            want_absent=("other server",),
+        ),
+        id="waiting_for_detach_names_the_users_own_server",
+    ),
+    pytest.param(
+        Holders(
+            WAITING_FOR_DETACH_MIXED,
+            {"jupyter-alice--app": "app"},
+            want_holders=("jupyter-alice--app", "jupyter-bob"),
+            want_words=("in use by 'app' and 1 other server.", "Stop 'app'"),
+            want_absent=("bob",),
+        ),
+        id="waiting_for_detach_counts_another_users_pod",
+    ),
+    pytest.param(
+        Holders(
+            WAITING_FOR_DETACH_EXCLUSIVE,
+            {"jupyter-alice": ""},
+            want_holders=(),
+            want_words=("still attached to another node",),
+            want_absent=("default server",),
+        ),
+        id="waiting_for_detach_of_an_exclusive_attachment_names_nobody",
     ),
 ]
 
 
-@pytest.mark.parametrize(
-    "test_variation_id, events, options, now, expect_action, expect_reason, expect_words",
-    VERDICTS,
-    ids=[row[0] for row in VERDICTS],
-)
-def test_verdict(
-    test_variation_id, events, options, now, expect_action, expect_reason, expect_words
-):
+@pytest.mark.parametrize("case", MULTI_ATTACH_HOLDERS)
+def test_multi_attach_words_name_only_the_users_own_servers(case: Holders) -> None:
     verdict = classify(
-        events,
-        pinned_node=options.get("pinned_node"),
-        now=T0 + timedelta(seconds=now),
-        **{k: v for k, v in options.items() if k != "pinned_node"},
-    )
-    assert (verdict.action, verdict.reason) == (expect_action, expect_reason)
-    for words in expect_words:
-        assert words in verdict.user_message
-    # The raw message for the operator is one the cluster wrote, verbatim.
-    assert verdict.raw == "" or verdict.raw in [e["message"] for e in events]
-    if expect_action == "fail":
-        assert verdict.reason in EVENT_REASON_CODES
-        assert verdict.user_message and verdict.raw
-    # Pod names stay in the operator log, never in the person's text.
-    assert "jupyter-" not in verdict.user_message
-
-
-# (test_variation_id, message, own_servers, holders, words in the text, words never in it)
-MULTI_ATTACH_TEXT = [
-    (
-        "own_app_is_named_and_another_users_pod_only_counted",
-        MULTI_ATTACH_MIXED,
-        {"jupyter-alice--app": "app"},
-        ("jupyter-alice--app", "jupyter-bob"),
-        ("in use by 'app' and 1 other server.", "Stop 'app'"),
-        ("bob",),
-    ),
-    (
-        "own_default_server_is_named_and_pods_in_other_namespaces_counted",
-        MULTI_ATTACH_OTHER_NAMESPACES,
-        {"jupyter-alice": ""},
-        ("jupyter-alice",),
-        ("your default server and 1 other server", "Stop your default server"),
-        (),
-    ),
-    (
-        "without_own_servers_every_holder_is_only_counted",
-        MULTI_ATTACH_MIXED,
-        None,
-        ("jupyter-alice--app", "jupyter-bob"),
-        ("in use by 2 other servers", "ask your administrator"),
-        ("alice", "bob", "Stop"),
-    ),
-    (
-        "holders_only_in_other_namespaces_are_counted",
-        MULTI_ATTACH_ONLY_OTHER_NAMESPACES,
-        {"jupyter-alice": ""},
-        (),
-        ("in use by 2 other servers",),
-        ("default server",),
-    ),
-    (
-        "several_own_servers_are_listed_default_first",
-        'Multi-Attach error for volume "pvc-1234" Volume is already used by pod(s) '
-        "jupyter-alice--viz, jupyter-alice, jupyter-alice--app",
-        {"jupyter-alice--viz": "viz", "jupyter-alice": "", "jupyter-alice--app": "app"},
-        ("jupyter-alice--viz", "jupyter-alice", "jupyter-alice--app"),
-        ("in use by your default server, 'app' and 'viz'.",),
-        ("other server",),
-    ),
-    (
-        "exclusive_attachment_names_nobody",
-        MULTI_ATTACH_EXCLUSIVE,
-        {"jupyter-alice": ""},
-        (),
-        ("still attached to another node",),
-        ("default server",),
-    ),
-    (
-        "waiting_for_detach_names_the_users_own_server",
-        WAITING_FOR_DETACH_USED,
-        {"jupyter-alice--pandas-app": "pandas-app"},
-        ("jupyter-alice--pandas-app",),
-        ("in use by 'pandas-app'.", "Stop 'pandas-app'"),
-        ("other server",),
-    ),
-    (
-        "waiting_for_detach_counts_another_users_pod",
-        WAITING_FOR_DETACH_MIXED,
-        {"jupyter-alice--app": "app"},
-        ("jupyter-alice--app", "jupyter-bob"),
-        ("in use by 'app' and 1 other server.", "Stop 'app'"),
-        ("bob",),
-    ),
-    (
-        "waiting_for_detach_of_an_exclusive_attachment_names_nobody",
-        WAITING_FOR_DETACH_EXCLUSIVE,
-        {"jupyter-alice": ""},
-        (),
-        ("still attached to another node",),
-        ("default server",),
-    ),
-]
-
-
-@pytest.mark.parametrize(
-    "test_variation_id, message, own_servers, expect_holders, expect_words, expect_absent",
-    MULTI_ATTACH_TEXT,
-    ids=[row[0] for row in MULTI_ATTACH_TEXT],
-)
-def test_multi_attach_text_names_only_the_users_own_servers(
-    test_variation_id, message, own_servers, expect_holders, expect_words, expect_absent
-):
-    verdict = classify(
-        [attach("FailedAttachVolume", message, 0)],
+        [attach("FailedAttachVolume", case.message, 0)],
         pinned_node="cpu-1",
         now=T0,
-        own_servers=own_servers,
+        own_servers=case.own_servers,
     )
-    assert (verdict.action, verdict.reason, verdict.raw) == ("fail", "multi-attach", message)
-    assert verdict.holders == expect_holders
-    for words in expect_words:
-        assert words in verdict.user_message
-    for words in expect_absent:
-        assert words not in verdict.user_message
-    assert "jupyter-" not in verdict.user_message
+    assert (verdict.action, verdict.code, verdict.raw) == (FAIL, MULTI_ATTACH, case.message)
+    assert verdict.holders == case.want_holders
+    text = messages.event_text(verdict)
+    for words in case.want_words:
+        assert words in text
+    for words in case.want_absent:
+        assert words not in text
+    assert "jupyter-" not in text
 
 
-# (test_variation_id, message, (count, fragment) pairs or None)
+class FitError(NamedTuple):
+    """A message, and the ``(count, fragment)`` pairs the FitError parser reads from it."""
+
+    message: str
+    want: list[tuple[int | None, str]] | None
+
+
 FIT_ERRORS = [
-    (
-        "histogram_before_the_preemption_part",
-        GPU_PROFILE_ON_CPU_NODES,
-        [
-            (1, "Insufficient nvidia.com/gpu"),
-            (2, "node(s) didn't match Pod's node affinity/selector"),
-        ],
+    pytest.param(
+        FitError(
+            GPU_PROFILE_ON_CPU_NODES,
+            [
+                (1, "Insufficient nvidia.com/gpu"),
+                (2, "node(s) didn't match Pod's node affinity/selector"),
+            ],
+        ),
+        id="histogram_before_the_preemption_part",
     ),
-    (
-        "older_taint_fragment_with_its_own_comma",
-        "0/2 nodes are available: 1 node(s) had taint {dedicated: gpu}, that the pod didn't "
-        "tolerate, 1 node(s) were unschedulable.",
-        [
-            (1, "node(s) had taint {dedicated: gpu}, that the pod didn't tolerate"),
-            (1, "node(s) were unschedulable"),
-        ],
+    pytest.param(
+        FitError(
+            "0/2 nodes are available: 1 node(s) had taint {dedicated: gpu}, that the pod didn't "
+            "tolerate, 1 node(s) were unschedulable.",
+            [
+                (1, "node(s) had taint {dedicated: gpu}, that the pod didn't tolerate"),
+                (1, "node(s) were unschedulable"),
+            ],
+        ),
+        id="older_taint_fragment_with_its_own_comma",
     ),
-    (
-        "prefilter_message_without_a_count",
-        RWOP_CONFLICT,
-        [(None, RWOP_REASON)],
+    pytest.param(
+        FitError(RWOP_CONFLICT, [(None, RWOP_REASON)]), id="prefilter_message_without_a_count"
     ),
-    (
-        "dynamic_resource_allocation_postfilter_text_is_cut",
-        "0/4 nodes are available: 4 node(s) didn't match Pod's node affinity/selector. no new "
-        "claims to deallocate, preemption: 0/4 nodes are available: 4 Preemption is not helpful "
-        "for scheduling.",
-        [(4, "node(s) didn't match Pod's node affinity/selector")],
+    pytest.param(
+        FitError(
+            "0/4 nodes are available: 4 node(s) didn't match Pod's node affinity/selector. no new "
+            "claims to deallocate, preemption: 0/4 nodes are available: 4 Preemption is not "
+            "helpful for scheduling.",
+            [(4, "node(s) didn't match Pod's node affinity/selector")],
+        ),
+        id="dynamic_resource_allocation_postfilter_text_is_cut",
     ),
-    (
-        "taint_with_an_empty_value",
-        NODE_BOOTING,
-        [
-            (1, "node(s) had untolerated taint {node.kubernetes.io/not-ready: }"),
-            (3, "Insufficient nvidia.com/gpu"),
-        ],
+    pytest.param(
+        FitError(
+            NODE_BOOTING,
+            [
+                (1, "node(s) had untolerated taint {node.kubernetes.io/not-ready: }"),
+                (3, "Insufficient nvidia.com/gpu"),
+            ],
+        ),
+        id="taint_with_an_empty_value",
     ),
-    ("karpenter_message_is_not_a_fit_error", KARPENTER_REQUIREMENTS, None),
-    ("binding_error_is_not_a_fit_error", 'running PreBind plugin "VolumeBinding": timed out', None),
+    pytest.param(FitError(KARPENTER_REQUIREMENTS, None), id="karpenter_message_is_not_a_fit_error"),
+    pytest.param(
+        FitError('running PreBind plugin "VolumeBinding": timed out', None),
+        id="binding_error_is_not_a_fit_error",
+    ),
 ]
 
 
-@pytest.mark.parametrize(
-    "test_variation_id, message, expect",
-    FIT_ERRORS,
-    ids=[row[0] for row in FIT_ERRORS],
-)
-def test_fit_error_fragments_follow_the_scheduler_format(test_variation_id, message, expect):
-    assert fit_error_fragments(message) == expect
+@pytest.mark.parametrize("case", FIT_ERRORS)
+def test_fit_error_fragments_follow_the_scheduler_format(case: FitError) -> None:
+    assert fit_error_fragments(case.message) == case.want
 
 
 UTC = timezone.utc
-# (test_variation_id, value, expected datetime or None)
+
+
+class Time(NamedTuple):
+    """A timestamp as an Event carries it, and the time it means (None: no time)."""
+
+    value: object
+    want: datetime | None
+
+
 TIMES = [
-    ("whole_seconds_with_z", "2024-05-01T12:00:00Z", T0),
-    ("microtime_with_z", "2024-05-01T12:00:00.123456Z", T0.replace(microsecond=123456)),
-    ("nanoseconds_are_truncated", "2024-05-01T12:00:00.123456789Z", T0.replace(microsecond=123456)),
-    ("short_fraction", "2024-05-01T12:00:00.5Z", T0.replace(microsecond=500000)),
-    ("numeric_offset", "2024-05-01T14:00:00+02:00", T0),
-    ("naive_datetime_means_utc", datetime(2024, 5, 1, 12, 0, 0), T0),
-    ("missing_field", None, None),
-    ("garbage", "yesterday", None),
-    ("impossible_date", "2024-02-30T00:00:00Z", None),
+    pytest.param(Time("2024-05-01T12:00:00Z", T0), id="whole_seconds_with_z"),
+    pytest.param(
+        Time("2024-05-01T12:00:00.123456Z", T0.replace(microsecond=123456)),
+        id="microtime_with_z",
+    ),
+    pytest.param(
+        Time("2024-05-01T12:00:00.123456789Z", T0.replace(microsecond=123456)),
+        id="nanoseconds_are_truncated",
+    ),
+    pytest.param(
+        Time("2024-05-01T12:00:00.5Z", T0.replace(microsecond=500000)), id="short_fraction"
+    ),
+    pytest.param(Time("2024-05-01T14:00:00+02:00", T0), id="numeric_offset"),
+    pytest.param(Time(datetime(2024, 5, 1, 12, 0, 0), T0), id="naive_datetime_means_utc"),
+    pytest.param(Time(None, None), id="missing_field"),
+    pytest.param(Time("yesterday", None), id="garbage"),
+    pytest.param(Time("2024-02-30T00:00:00Z", None), id="impossible_date"),
 ]
 
 
-@pytest.mark.parametrize("test_variation_id, value, expect", TIMES, ids=[row[0] for row in TIMES])
-def test_parse_time_reads_rfc3339_forms(test_variation_id, value, expect):
-    assert parse_time(value) == expect
+@pytest.mark.parametrize("case", TIMES)
+def test_parse_time_reads_rfc3339_forms(case: Time) -> None:
+    assert parse_time(case.value) == case.want
 
 
-def test_naive_now_is_read_as_utc():
+def test_naive_now_is_read_as_utc() -> None:
     events = [scheduler(CPU_FULL, 0)]
     naive = (T0 + timedelta(seconds=60)).replace(tzinfo=None)
     assert classify(events, pinned_node=None, now=naive).reason == "unschedulable"
 
 
-def test_reason_codes_are_exported_in_preference_order():
+def test_reason_codes_are_exported_in_preference_order() -> None:
     assert EVENT_REASON_CODES == (
         "unschedulable-pinned",
         "no-scale-up",
@@ -1018,15 +1121,47 @@ def test_reason_codes_are_exported_in_preference_order():
     )
 
 
-def test_verdict_is_immutable():
+def test_every_code_has_words_and_every_progress_event_too() -> None:
+    for code in (*EVENT_REASON_CODES, *WAIT_CODES):
+        if code != PROGRESS:
+            assert messages.event_text(EventVerdict(FAIL, code, "raw")), code
+    for event in PROGRESS_EVENTS:
+        assert messages.event_text(EventVerdict(WAIT, PROGRESS, "raw", event=event)), event
+
+
+def test_every_fragment_cause_has_words() -> None:
+    from nebari_colocate import events
+
+    causes = {v for k, v in vars(events).items() if k.startswith("FRAGMENT_")}
+    for cause in causes - {events.FRAGMENT_INSUFFICIENT}:
+        fragment = events.Fragment(1, cause, "as the scheduler wrote it")
+        assert messages.fragment_words(fragment) != "as the scheduler wrote it", cause
+    gpu = events.read_fragment("Insufficient amd.com/gpu")
+    assert messages.fragment_words(gpu) == "not enough free GPUs"
+
+
+def test_the_operator_line_keeps_the_raw_event() -> None:
+    verdict = classify([scheduler(CPU_FULL, 0)], pinned_node="cpu-1", now=T0)
+    assert messages.event_operator_line(
+        verdict, username="alice", server_name="", pod_name="jupyter-alice"
+    ) == (
+        f"colocate event-verdict=fail reason=unschedulable-pinned user='alice' server='' "
+        f"pod=jupyter-alice event={CPU_FULL!r}"
+    )
+
+
+def test_verdict_is_immutable() -> None:
     verdict = classify([], pinned_node=None, now=T0)
-    assert verdict == EventVerdict("wait", None, "", "")
+    assert verdict == EventVerdict(WAIT, PROGRESS)
+    assert messages.event_text(verdict) == ""
     with pytest.raises(dataclasses.FrozenInstanceError):
-        verdict.action = "fail"  # type: ignore[misc]
+        verdict.code = FAIL  # type: ignore[misc]
 
 
 @pytest.mark.parametrize("wants_gpu, expect", [(False, "a new node"), (True, "a free GPU")])
-def test_scale_up_text_mentions_a_gpu_when_the_pod_requests_one(wants_gpu, expect):
+def test_scale_up_words_mention_a_gpu_when_the_pod_requests_one(
+    wants_gpu: bool, expect: str
+) -> None:
     # The selector filter rejected every node first, so the scheduler never said "Insufficient
     # nvidia.com/gpu"; the spawner knows the pod asks for one.
     events = [
@@ -1038,8 +1173,8 @@ def test_scale_up_text_mentions_a_gpu_when_the_pod_requests_one(wants_gpu, expec
         autoscaler("TriggeredScaleUp", "pod triggered scale-up: [{gpu-pool 0->1 (max: 4)}]", 1),
     ]
     verdict = classify(events, pinned_node=None, now=T0 + timedelta(seconds=5), wants_gpu=wants_gpu)
-    assert verdict.action == "wait"
-    assert expect in verdict.user_message
+    assert (verdict.action, verdict.code, verdict.gpu) == (WAIT, SCALING_UP, wants_gpu)
+    assert expect in messages.event_text(verdict)
 
 
 # --- Karpenter 1.15: one reason per NodePool, joined by "; " -----------------------------------
@@ -1085,147 +1220,110 @@ KARPENTER_SKIPS_PINNED_POD = (
     "Failed to schedule pod, node selector term with matchFields is not supported"
 )
 
-# (test_variation_id, events, options, now, action, reason, causes, words in, words never in)
-KARPENTER_VERDICTS = [
-    (
+# Karpenter 1.15: one reason per NodePool, each read into a cause; the words name the one that
+# matters.
+KARPENTER = [
+    Case(
         "capacity_cap_names_the_colocation_not_the_taint",
-        [scheduler(CPU_FULL, 0), karpenter("FailedScheduling", KARPENTER_CAPACITY_CAP, 1)],
-        {},
-        2,
-        "fail",
-        "no-scale-up",
-        ("taint", "colocation"),
-        ("where your other servers are", "attached to one node at a time", "Stop your other"),
-        ("taint", "reserved"),
+        [
+            scheduler(CPU_FULL, 0),
+            karpenter("FailedScheduling", KARPENTER_CAPACITY_CAP, 1),
+        ],
+        NO_SCALE_UP,
+        want_words=(
+            "where your other servers are",
+            "attached to one node at a time",
+            "Stop your other",
+        ),
+        want_absent=("taint", "reserved"),
+        want_facts={"causes": ("taint", "colocation")},
+        now=2,
     ),
-    (
+    Case(
         "gpu_lab_blocked_names_the_colocation",
         [
             scheduler(GPU_PROFILE_ON_CPU_NODES, 0),
             karpenter("FailedScheduling", KARPENTER_GPU_LAB_BLOCKED, 1),
         ],
-        {},
-        2,
-        "fail",
-        "no-scale-up",
-        ("colocation",),
-        ("where your other servers are",),
-        ("kind of node",),
+        NO_SCALE_UP,
+        want_words=("where your other servers are",),
+        want_absent=("kind of node",),
+        want_facts={"causes": ("colocation",)},
+        now=2,
     ),
-    (
+    Case(
         "no_machine_type_big_enough_names_what_the_server_asks_for",
         [
             scheduler(CPU_FULL, 0),
             karpenter("FailedScheduling", KARPENTER_NO_POOL_HAS_SO_MANY_GPUS, 1),
         ],
-        {},
-        2,
-        "fail",
-        "no-scale-up",
-        ("no-instance-type",),
-        ("no machine type is big enough", "(8 GPUs)"),
-        ("other servers",),
+        NO_SCALE_UP,
+        want_words=("no machine type is big enough", "(8 GPUs)"),
+        want_absent=("other servers",),
+        want_facts={"causes": ("no-instance-type",)},
+        now=2,
     ),
-    (
+    Case(
         "no_pool_of_the_right_kind_says_so_once",
         [
             scheduler(GPU_PROFILE_ON_CPU_NODES, 0),
             karpenter("FailedScheduling", KARPENTER_WRONG_KIND_EVERYWHERE, 1),
         ],
-        {},
-        2,
-        "fail",
-        "no-scale-up",
-        ("requirements", "taint"),
-        ("no node pool offers the kind of node",),
-        ("reserved",),
+        NO_SCALE_UP,
+        want_words=("no node pool offers the kind of node",),
+        want_absent=("reserved",),
+        want_facts={"causes": ("requirements", "taint")},
+        now=2,
     ),
-    (
+    Case(
         "a_reason_not_understood_keeps_waiting_within_the_grace",
         [
             scheduler(CPU_FULL, 0),
             karpenter("FailedScheduling", KARPENTER_ONE_POOL_NOT_UNDERSTOOD, 1),
         ],
-        {},
-        10,
-        "wait",
-        None,
-        (),
-        (),
-        (),
+        NO_NODE_YET,
+        want_facts={"causes": ()},
+        now=10,
     ),
-    (
+    Case(
         "karpenter_skipping_a_pinned_pod_is_no_verdict",
         [karpenter("FailedScheduling", KARPENTER_SKIPS_PINNED_POD, 1)],
-        {},
-        600,
-        "wait",
-        None,
-        (),
-        (),
-        ("profile", "node pool"),
+        PROGRESS,
+        want_absent=("profile", "node pool"),
+        want_facts={"causes": ()},
+        now=600,
     ),
-    (
+    Case(
         "karpenter_skipping_a_pinned_pod_leaves_the_scheduler_verdict",
         [
             karpenter("FailedScheduling", KARPENTER_SKIPS_PINNED_POD, 0),
             scheduler(PINNED_NODE_FULL, 1),
         ],
-        PINNED,
-        2,
-        "fail",
-        "unschedulable-pinned",
-        (),
-        ("not enough free CPU",),
-        ("node pool", "matchFields"),
+        UNSCHEDULABLE_PINNED,
+        want_words=("not enough free CPU",),
+        want_absent=("node pool", "matchFields"),
+        want_facts={"causes": ()},
+        pinned_node="cpu-1",
+        now=2,
     ),
-    (
+    Case(
         "a_nomination_after_a_refusal_is_a_hint_and_keeps_waiting",
         [
             scheduler(CPU_FULL, 0),
             karpenter("FailedScheduling", KARPENTER_CAPACITY_CAP, 1),
             karpenter("Nominated", KARPENTER_NOMINATED, 2),
         ],
-        {},
-        3,
-        "wait",
-        None,
-        (),
-        ("Waiting for a new node",),
-        (),
+        SCALING_UP,
+        want_words=("Waiting for a new node",),
+        want_facts={"causes": ()},
+        now=3,
     ),
 ]
 
 
-@pytest.mark.parametrize(
-    "test_variation_id, events, options, now, expect_action, expect_reason, expect_causes, "
-    "expect_words, expect_absent",
-    KARPENTER_VERDICTS,
-    ids=[row[0] for row in KARPENTER_VERDICTS],
-)
-def test_karpenter_reasons_are_each_understood(
-    test_variation_id,
-    events,
-    options,
-    now,
-    expect_action,
-    expect_reason,
-    expect_causes,
-    expect_words,
-    expect_absent,
-):
-    verdict = classify(
-        events,
-        pinned_node=options.get("pinned_node"),
-        now=T0 + timedelta(seconds=now),
-        **{k: v for k, v in options.items() if k != "pinned_node"},
-    )
-    assert (verdict.action, verdict.reason) == (expect_action, expect_reason)
-    assert verdict.causes == expect_causes
-    for words in expect_words:
-        assert words in verdict.user_message
-    for words in expect_absent:
-        assert words not in verdict.user_message
+@pytest.mark.parametrize("case", KARPENTER, ids=named)
+def test_karpenter_reasons_are_each_understood(case: Case) -> None:
+    check(case)
 
 
 def test_karpenter_reasons_split_one_per_nodepool():

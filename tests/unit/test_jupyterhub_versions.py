@@ -136,9 +136,6 @@ def holding_spawner(hold: float, through_api: bool):
         colocation_failure=None,
     )
     spawner._remember = lambda r: ColocatingKubeSpawner._remember(spawner, r)
-    spawner._requested_through_rest_api = lambda: ColocatingKubeSpawner._requested_through_rest_api(
-        spawner
-    )
     return spawner
 
 

@@ -1,4 +1,4 @@
-"""Decision -> user text, user HTML and operator line (DESIGN section 5, "Messages")."""
+"""Decision -> user text, user HTML and operator line (docs/decisions.md, "What the user sees")."""
 
 from __future__ import annotations
 
@@ -6,8 +6,9 @@ import re
 
 import pytest
 
-from nebari_colocate import messages
-from nebari_colocate.placement import Policy, decide
+from nebari_colocate import fit, messages
+from nebari_colocate.events import FAIL, IMAGE_BAD_NAME, IMAGE_INVALID, EventVerdict
+from nebari_colocate.placement import REFUSE, Decision, Policy, decide
 
 from .builders import gpu_node, node, pod, pvc, state, taint, volume_attachment
 
@@ -441,11 +442,65 @@ def test_display_names_of_other_users_servers_are_never_used():
 
 
 def test_event_failure_names_the_server_by_its_display_name():
-    text, html = messages.event_failure(
-        "my-app", "the image name is invalid.", {"my-app": "<b>My App</b>"}
+    verdict = EventVerdict(FAIL, IMAGE_INVALID, "Error: InvalidImageName", causes=(IMAGE_BAD_NAME,))
+    text, html = messages.event_failure(verdict, "my-app", {"my-app": "<b>My App</b>"})
+    assert text == (
+        "Your server '<b>My App</b>' could not start: This server cannot start: its image name "
+        "is not valid. Choose a different profile, or ask your administrator."
     )
-    assert text == "Your server '<b>My App</b>' could not start: the image name is invalid."
     assert "<b>" not in html and "&lt;b&gt;My App&lt;/b&gt;" in html
+
+
+def test_a_verdict_without_words_still_says_the_server_could_not_start():
+    text, _ = messages.event_failure(EventVerdict(FAIL, "a-code-of-tomorrow", "raw"), "")
+    assert text == "Your default server could not start: The server could not start."
+
+
+@pytest.mark.parametrize(
+    "test_variation_id, event, words, expect",
+    [
+        ("scheduler-event-in-words", {"reason": "FailedScheduling", "type": "Warning"}, "W", "W"),
+        (
+            "ordinary-event-as-written",
+            {"reason": "Pulling", "type": "Normal", "message": "Pulling image"},
+            "W",
+            "[Normal] Pulling image",
+        ),
+        (
+            "no-words-the-event-as-written",
+            {"reason": "FailedScheduling", "type": "Warning", "message": "0/1 nodes"},
+            "",
+            "[Warning] 0/1 nodes",
+        ),
+    ],
+)
+def test_progress_line_tells_the_classified_events_in_words(
+    test_variation_id, event, words, expect
+):
+    assert messages.progress_line(event, words) == expect
+
+
+@pytest.mark.parametrize(
+    "test_variation_id, resource, free, requested, expect",
+    [
+        ("one-gpu-free", "nvidia.com/gpu", 1, 2, "it needs 2 GPUs but node gpu-1"),
+        ("one-gpu-wanted", "amd.com/gpu", 0, 1, "it needs 1 GPU but node gpu-1"),
+        ("cpu-is-a-mass-noun", "cpu", 1000, 2000, "it needs 2 CPU but node gpu-1"),
+    ],
+)
+def test_resource_words_agree_with_their_number(
+    test_variation_id, resource, free, requested, expect
+):
+    shortfall = fit.Shortfall(resource, requested=requested, free=free, allocatable=4000)
+    decision = Decision(
+        REFUSE,
+        node="gpu-1",
+        reasons=[f"insufficient:{resource}"],
+        fit=fit.FitResult(shortfalls=[shortfall]),
+    )
+    (sentence,) = messages.reason_sentences(decision, {})
+    assert sentence.startswith(expect), sentence
+    assert (" 1 GPUs" not in sentence) and (" 2 GPU " not in sentence)
 
 
 # holders that are not servers, and holders on a node that is gone
