@@ -18,9 +18,8 @@ from __future__ import annotations
 import copy
 from collections.abc import Mapping
 
-from .placement import COLOCATE, Decision
-
-HOSTNAME = "kubernetes.io/hostname"
+from .objects import HOSTNAME
+from .placement import COLOCATE, SKIP, Decision
 
 
 def colocation_term(label_key: str, label_value: str) -> dict:
@@ -73,7 +72,7 @@ def apply_decision(pod: Mapping, decision: Decision, label_key: str, label_value
     Every user pod gets the label (so later pods can find it); only ``colocate`` adds affinity.
     Refusals never reach here: the spawner raises instead.
     """
-    if decision.verdict not in (COLOCATE, "skip"):
+    if decision.verdict not in (COLOCATE, SKIP):
         raise ValueError(f"cannot apply a {decision.verdict!r} decision to a pod")
     manifest = copy.deepcopy(dict(pod))
     metadata = manifest.setdefault("metadata", {})

@@ -19,11 +19,26 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from . import __version__, messages, report, validate, view
+from .config import (
+    ACCESS_MODES,
+    DEFAULT_ACCESS_MODE,
+    DEFAULT_PREMIUM_NODE_POLICY,
+    DEFAULT_PREMIUM_RESOURCES,
+    PREMIUM_POLICIES,
+    caseless_choice,
+)
+from .objects import (
+    SERVERNAME_ANNOTATION,
+    USERNAME_ANNOTATION,
+    USERNAME_LABEL,
+    labels_of,
+    meta,
+    pod_server,
+    pod_user,
+    spec,
+)
 from .placement import Policy, decide
 from .state import ClusterState, StateError, read_objects, read_yaml
-
-ACCESS_MODES = ("ReadWriteOnce", "ReadWriteMany")
-PREMIUM_POLICIES = ("allow", "warn", "refuse")
 
 
 class UsageError(Exception):
@@ -36,12 +51,12 @@ class ClusterError(Exception):
 
 def _caseless(choices: Sequence[str], what: str):
     def convert(value: str) -> str:
-        for choice in choices:
-            if value.lower() == choice.lower():
-                return choice
-        raise argparse.ArgumentTypeError(
-            f"invalid {what} {value!r}: choose one of {', '.join(choices)}"
-        )
+        choice = caseless_choice(value, choices)
+        if choice is None:
+            raise argparse.ArgumentTypeError(
+                f"invalid {what} {value!r}: choose one of {', '.join(choices)}"
+            )
+        return choice
 
     return convert
 
@@ -71,8 +86,8 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument(
         "--storage-access-mode",
         type=_caseless(ACCESS_MODES, "storage access mode"),
-        default="ReadWriteOnce",
-        help="access mode of claims missing from STATE (default: ReadWriteOnce)",
+        default=DEFAULT_ACCESS_MODE,
+        help=f"access mode of claims missing from STATE (default: {DEFAULT_ACCESS_MODE})",
     )
     sim.add_argument(
         "--no-node-access",
@@ -82,8 +97,9 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument(
         "--premium-node-policy",
         type=_caseless(PREMIUM_POLICIES, "premium node policy"),
-        default="warn",
-        help="allow, warn or refuse a pod without GPU requests on a GPU node (default: warn)",
+        default=DEFAULT_PREMIUM_NODE_POLICY,
+        help="allow, warn or refuse a pod without GPU requests on a GPU node "
+        f"(default: {DEFAULT_PREMIUM_NODE_POLICY})",
     )
     sim.add_argument("--json", action="store_true", help="print one JSON object")
 
@@ -110,8 +126,9 @@ def build_parser() -> argparse.ArgumentParser:
     exp.add_argument(
         "--premium-node-policy",
         type=_caseless(PREMIUM_POLICIES, "premium node policy"),
-        default="warn",
-        help="allow, warn or refuse a pod without GPU requests on a GPU node (default: warn)",
+        default=DEFAULT_PREMIUM_NODE_POLICY,
+        help="allow, warn or refuse a pod without GPU requests on a GPU node "
+        f"(default: {DEFAULT_PREMIUM_NODE_POLICY})",
     )
 
     aud = sub.add_parser(
@@ -137,7 +154,9 @@ def _resource_list(value: str) -> tuple[str, ...]:
     return names
 
 
-def _live_options(parser: argparse.ArgumentParser, mode_default: str | None = "ReadWriteOnce"):
+def _live_options(
+    parser: argparse.ArgumentParser, mode_default: str | None = DEFAULT_ACCESS_MODE
+) -> None:
     parser.add_argument(
         "--namespace",
         "-n",
@@ -166,9 +185,10 @@ def _live_options(parser: argparse.ArgumentParser, mode_default: str | None = "R
     parser.add_argument(
         "--premium-resources",
         type=_resource_list,
-        default=("nvidia.com/gpu", "amd.com/gpu"),
+        default=DEFAULT_PREMIUM_RESOURCES,
         metavar="R1,R2",
-        help="extended resources that make a node premium (default: nvidia.com/gpu,amd.com/gpu)",
+        help="extended resources that make a node premium "
+        f"(default: {','.join(DEFAULT_PREMIUM_RESOURCES)})",
     )
     parser.add_argument(
         "--timeout",
@@ -197,21 +217,10 @@ def load_pod(path: str) -> dict:
     return pod
 
 
-def pod_owner(pod: dict) -> tuple[str, str]:
-    """(username, server name) from the annotations KubeSpawner writes."""
-    meta = pod.get("metadata") or {}
-    annotations = meta.get("annotations") or {}
-    labels = meta.get("labels") or {}
-    username = annotations.get(messages.USERNAME_ANNOTATION) or labels.get(
-        messages.USERNAME_LABEL, ""
-    )
-    return username, annotations.get(messages.SERVERNAME_ANNOTATION, "")
-
-
 def simulate(args: argparse.Namespace) -> int:
     pod = load_pod(args.pod)
     objects = read_objects(args.state)
-    namespace = (pod.get("metadata") or {}).get("namespace") or "default"
+    namespace = meta(pod).get("namespace") or "default"
     pod.setdefault("metadata", {})["namespace"] = namespace
     state = ClusterState.from_objects(
         objects, namespace=namespace, node_access=not args.no_node_access
@@ -224,8 +233,8 @@ def simulate(args: argparse.Namespace) -> int:
         decision = decide(pod, state, policy)
     except (ValueError, TypeError, AttributeError, KeyError) as exc:
         raise StateError(f"{args.pod} with {args.state}: malformed object: {exc}") from None
-    username, server = pod_owner(pod)
-    label = ((pod.get("metadata") or {}).get("labels") or {}).get(messages.USERNAME_LABEL)
+    username, server = pod_user(pod), pod_server(pod)
+    label = labels_of(pod).get(USERNAME_LABEL)
     text = messages.user_message(
         decision, pod, username=username, server_name=server, user_label=label
     )
@@ -392,14 +401,12 @@ def _judged_pod(args, namespace: str, label: str, own: list[dict], pvcs) -> tupl
         meta = pod.setdefault("metadata", {})
         annotations = meta.get("annotations") or {}
         server = (
-            args.server
-            if args.server is not None
-            else annotations.get(messages.SERVERNAME_ANNOTATION, "")
+            args.server if args.server is not None else annotations.get(SERVERNAME_ANNOTATION, "")
         )
-        annotations[messages.USERNAME_ANNOTATION] = args.user
-        annotations[messages.SERVERNAME_ANNOTATION] = server
+        annotations[USERNAME_ANNOTATION] = args.user
+        annotations[SERVERNAME_ANNOTATION] = server
         meta["annotations"] = annotations
-        meta["labels"] = {**(meta.get("labels") or {}), messages.USERNAME_LABEL: label}
+        meta["labels"] = {**(meta.get("labels") or {}), USERNAME_LABEL: label}
         meta["namespace"] = namespace
         if not meta.get("name"):
             running = [p for p in own if report.pod_server(p) == server]
@@ -428,7 +435,7 @@ async def _explain(conn: Connection, args) -> dict:
         premium_resources=tuple(args.premium_resources),
         premium_node_policy=args.premium_node_policy,
     )
-    own_nodes = {(p.get("spec") or {}).get("nodeName") for p in own} - {None, ""}
+    own_nodes = {spec(p).get("nodeName") for p in own} - {None, ""}
     try:
         state = await reader.state_for(
             pod,
@@ -478,7 +485,7 @@ async def _audit(conn: Connection, args) -> dict:
     notes = [*_empty_namespace_note(state), *_denied_notes(reader.denied, _NODES_COST_AUDIT)]
     state = state.replace(notes=notes)
     policy = Policy(
-        storage_access_mode=args.storage_access_mode or "ReadWriteOnce",
+        storage_access_mode=args.storage_access_mode or DEFAULT_ACCESS_MODE,
         premium_resources=tuple(args.premium_resources),
     )
     try:

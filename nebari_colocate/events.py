@@ -35,6 +35,7 @@ from datetime import datetime, timedelta, timezone
 
 from . import messages
 from .messages import server_label
+from .objects import GPU_RESOURCES
 
 WAIT, FAIL = "wait", "fail"
 
@@ -104,7 +105,6 @@ PULL_BACKOFF_PREFIX = "Back-off pulling image"
 DEFAULT_TAG_FAILED_PREFIX = "Failed to apply default image tag"
 _IMAGE = re.compile(r'image(?: tag)? "([^"]+)"')
 
-_GPU_RESOURCES = ("nvidia.com/gpu", "amd.com/gpu")
 _RESOURCE_WORDS = {
     "cpu": "CPU",
     "memory": "memory",
@@ -351,7 +351,7 @@ def _autoscaler_fragments(message: str) -> list[str]:
 
 
 def _wants_gpu(message: str) -> bool:
-    return any(f"Insufficient {r}" in message for r in _GPU_RESOURCES)
+    return any(f"Insufficient {r}" in message for r in GPU_RESOURCES)
 
 
 # --- the rules -------------------------------------------------------------------------------

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 
 from . import quantity
+from .objects import is_terminal
 
 # --------------------------------------------------------------------------------------------------
 # quantities (nebari_colocate.quantity: the API's grammar and bounds, in bounded time)
@@ -109,9 +110,22 @@ def pod_requests(pod: Mapping) -> dict[str, int]:
     return {name: _units(name, value) for name, value in total.items()}
 
 
-def is_terminal(pod: Mapping) -> bool:
-    """Succeeded and Failed pods hold no node resources and no volume."""
-    return (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
+def requests_any(pod: Mapping, resources: Iterable[str]) -> bool:
+    """The pod requests some of ``resources`` (a premium resource, a GPU)."""
+    requested = pod_requests(pod)
+    return any(requested.get(r, 0) > 0 for r in resources)
+
+
+def offered(node: Mapping, resources: Iterable[str]) -> dict[str, int]:
+    """Those of ``resources`` the node offers (allocatable > 0), in scheduler units."""
+    allocatable = (node.get("status") or {}).get("allocatable") or {}
+    found = {}
+    for resource in resources:
+        if resource in allocatable:
+            units = scheduler_units(resource, allocatable[resource])
+            if units > 0:
+                found[resource] = units
+    return found
 
 
 # --------------------------------------------------------------------------------------------------
@@ -193,6 +207,10 @@ def required_node_affinity(pod: Mapping) -> Mapping | None:
     return affinity.get("requiredDuringSchedulingIgnoredDuringExecution")
 
 
+#: NodeAffinity: the node fails ``spec.nodeSelector`` or the required node affinity
+NODE_SELECTOR = "node-selector"
+
+
 def node_selector_ok(pod: Mapping, node: Mapping) -> bool:
     """NodeAffinity filter: ``spec.nodeSelector`` AND the required node affinity."""
     labels = (node.get("metadata") or {}).get("labels") or {}
@@ -222,6 +240,10 @@ def tolerates(toleration: Mapping, taint: Mapping) -> bool:
     return False
 
 
+#: TaintToleration: the node has a NoSchedule / NoExecute taint the pod does not tolerate
+TAINT = "taint"
+
+
 def untolerated_taints(pod: Mapping, node: Mapping) -> list[dict]:
     """The NoSchedule / NoExecute taints of the node that no toleration of the pod matches."""
     tolerations = (pod.get("spec") or {}).get("tolerations") or []
@@ -234,6 +256,8 @@ def untolerated_taints(pod: Mapping, node: Mapping) -> list[dict]:
 
 
 UNSCHEDULABLE_TAINT = {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}
+#: NodeUnschedulable: the node is cordoned
+NODE_UNSCHEDULABLE = "node-unschedulable"
 
 
 def unschedulable(pod: Mapping, node: Mapping) -> bool:
@@ -246,6 +270,33 @@ def unschedulable(pod: Mapping, node: Mapping) -> bool:
 
 # --------------------------------------------------------------------------------------------------
 # the whole filter
+
+
+#: NodeResourcesFit: the node already runs as many pods as its allocatable ``pods``
+TOO_MANY_PODS = "too-many-pods"
+#: NodeResourcesFit: the prefix of ``insufficient:<resource>`` (see :func:`insufficient`)
+INSUFFICIENT = "insufficient:"
+#: VolumeBinding: a bound PersistentVolume's node affinity excludes the node
+VOLUME_NODE_AFFINITY = "volume-node-affinity"
+#: every code :func:`check_fit` returns (``insufficient:<resource>`` stands for one per resource)
+FIT_REASONS = (
+    NODE_UNSCHEDULABLE,
+    NODE_SELECTOR,
+    TAINT,
+    f"{INSUFFICIENT}<resource>",
+    TOO_MANY_PODS,
+    VOLUME_NODE_AFFINITY,
+)
+
+
+def insufficient(resource: str) -> str:
+    """The reason code of a resource the node cannot give (``insufficient:nvidia.com/gpu``)."""
+    return f"{INSUFFICIENT}{resource}"
+
+
+def insufficient_resource(code: str) -> str | None:
+    """The resource of an ``insufficient:<resource>`` code, else None."""
+    return code[len(INSUFFICIENT) :] if code.startswith(INSUFFICIENT) else None
 
 
 @dataclass
@@ -315,12 +366,12 @@ def check_fit(
     """
     result = FitResult()
     if unschedulable(pod, node):
-        result.reasons.append("node-unschedulable")
+        result.reasons.append(NODE_UNSCHEDULABLE)
     if not node_selector_ok(pod, node):
-        result.reasons.append("node-selector")
+        result.reasons.append(NODE_SELECTOR)
     result.taints = untolerated_taints(pod, node)
     if result.taints:
-        result.reasons.append("taint")
+        result.reasons.append(TAINT)
 
     name = (node.get("metadata") or {}).get("name", "")
     allocatable_raw = (node.get("status") or {}).get("allocatable") or {}
@@ -331,7 +382,7 @@ def check_fit(
     requested = pod_requests(pod)
     max_pods = allocatable.get("pods", 0)
     if count + 1 > max_pods:
-        result.reasons.append("too-many-pods")
+        result.reasons.append(TOO_MANY_PODS)
         result.max_pods = max_pods
     for resource in sorted(requested):
         want = requested[resource]
@@ -340,7 +391,7 @@ def check_fit(
         have = allocatable.get(resource, 0)
         free = have - used.get(resource, 0)
         if want > free:
-            result.reasons.append(f"insufficient:{resource}")
+            result.reasons.append(insufficient(resource))
             result.shortfalls.append(Shortfall(resource, want, free, have))
 
     # VolumeBinding matches a PV's node affinity against the node's labels only (a node object
@@ -349,6 +400,6 @@ def check_fit(
     for pv in bound_pvs:
         pv_affinity = ((pv.get("spec") or {}).get("nodeAffinity") or {}).get("required")
         if pv_affinity is not None and not selector_matches(pv_affinity, labels_only):
-            result.reasons.append("volume-node-affinity")
+            result.reasons.append(VOLUME_NODE_AFFINITY)
             break
     return result

@@ -41,13 +41,13 @@ import logging
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
+from .config import ACCESS_MODES, DEFAULT_LABEL_KEY, caseless_choice, check_config
+from .objects import HOSTNAME, USERNAME_LABEL
+
 log = logging.getLogger("nebari_colocate")
 
 #: templates for jhub-apps' pages (not_running.html, home.html), ahead of jhub-apps' own
 JHUB_APPS_TEMPLATES = Path(__file__).resolve().parent / "templates" / "jhub_apps"
-#: the label zero-to-jupyterhub and KubeSpawner put the user's (slugged) name in
-USERNAME_LABEL = "hub.jupyter.org/username"
-HOSTNAME = "kubernetes.io/hostname"
 
 #: helm key under ``custom`` -> ColocatingKubeSpawner trait
 KEYS = {
@@ -102,7 +102,7 @@ def configure(c, get_config: Callable | None = None, section: str = "ColocatingK
     get_config = get_config or _z2jh_get_config()
     settings = helm_settings(c, get_config)
     label_key = settings.get("colocation_label_key") or _configured(
-        c, "colocation_label_key", "nebari.dev/colocate-user"
+        c, "colocation_label_key", DEFAULT_LABEL_KEY
     )
     switch_spawner_class(c)
     removed = remove_colocation_affinity(c, label_key)
@@ -121,8 +121,6 @@ def _configured(c, trait: str, default):
 
 def helm_settings(c, get_config: Callable, section: str = "ColocatingKubeSpawner") -> dict:
     """The ``custom.*`` values into ``c.<section>``, access modes reconciled, validated."""
-    from .spawner import check_config
-
     settings = values_to_config(get_config("custom", {}) or {})
     # "" (None here) means "not set": leave the chart's own value (e.g. the storage class from
     # singleuser.storage.dynamic.storageClass) in place rather than clearing it.
@@ -274,11 +272,9 @@ def _is_jhub_apps_templates(path) -> bool:
 
 
 def _canonical_mode(value) -> str:
-    from .spawner import ACCESS_MODES
-
-    for mode in ACCESS_MODES:
-        if isinstance(value, str) and value.lower() == mode.lower():
-            return mode
+    mode = caseless_choice(value, ACCESS_MODES)
+    if mode is not None:
+        return mode
     raise HelmValuesError(
         f"custom.storage-access-mode {value!r} is not valid: choose one of "
         + ", ".join(ACCESS_MODES)

@@ -10,11 +10,8 @@ import html
 from collections.abc import Mapping
 
 from . import fit
+from .objects import GPU_RESOURCES, SERVERNAME_ANNOTATION, has_owner, is_server, owned_by
 from .placement import REFUSE, Decision
-
-USERNAME_ANNOTATION = "hub.jupyter.org/username"
-SERVERNAME_ANNOTATION = "hub.jupyter.org/servername"
-USERNAME_LABEL = "hub.jupyter.org/username"
 
 _RESOURCE_WORDS = {
     "cpu": "CPU",
@@ -33,41 +30,12 @@ def server_label(server_name: str, display_names: Mapping[str, str] | None = Non
     return "your default server" if not shown else f"'{shown}'"
 
 
-def _is_own(pod: Mapping, username: str, user_label: str | None) -> bool:
-    """Owned by ``username``: by the raw-name annotation, else (older pods) by the label."""
-    meta = pod.get("metadata") or {}
-    owner = (meta.get("annotations") or {}).get(USERNAME_ANNOTATION)
-    if owner is not None:
-        return owner == username
-    return bool(user_label) and (meta.get("labels") or {}).get(USERNAME_LABEL) == user_label
-
-
-SERVER_COMPONENT = "singleuser-server"
-
-
-def is_server(pod: Mapping) -> bool:
-    """A JupyterHub server pod: KubeSpawner's ``component`` label, or (older pods without one)
-    the username annotation KubeSpawner writes."""
-    meta = pod.get("metadata") or {}
-    component = (meta.get("labels") or {}).get("component")
-    if component is not None:
-        return component == SERVER_COMPONENT
-    return USERNAME_ANNOTATION in (meta.get("annotations") or {})
-
-
-def _has_owner(pod: Mapping) -> bool:
-    meta = pod.get("metadata") or {}
-    return USERNAME_ANNOTATION in (meta.get("annotations") or {}) or USERNAME_LABEL in (
-        meta.get("labels") or {}
-    )
-
-
 def own_servers(decision: Decision, username: str, user_label: str | None = None) -> list[str]:
     """Server names of the holders that are servers of ``username`` (sorted, default first)."""
     names = {
         ((p.get("metadata") or {}).get("annotations") or {}).get(SERVERNAME_ANNOTATION, "")
         for p in decision.holder_pods
-        if _is_own(p, username, user_label) and is_server(p)
+        if owned_by(p, username, user_label) and is_server(p)
     }
     return sorted(names, key=lambda n: (n != "", n))
 
@@ -78,7 +46,7 @@ def own_other_pods(decision: Decision, username: str, user_label: str | None = N
         {
             (p.get("metadata") or {}).get("name", "")
             for p in decision.holder_pods
-            if _is_own(p, username, user_label) and not is_server(p)
+            if owned_by(p, username, user_label) and not is_server(p)
         }
     )
 
@@ -86,7 +54,7 @@ def own_other_pods(decision: Decision, username: str, user_label: str | None = N
 def _others(decision: Decision, username: str, user_label: str | None) -> int:
     """Holders that are other users' servers (counted, never named)."""
     return sum(
-        not _is_own(p, username, user_label) and _has_owner(p) and is_server(p)
+        not owned_by(p, username, user_label) and has_owner(p) and is_server(p)
         for p in decision.holder_pods
     )
 
@@ -94,7 +62,7 @@ def _others(decision: Decision, username: str, user_label: str | None) -> int:
 def _unowned(decision: Decision, username: str, user_label: str | None) -> int:
     """Holders that belong to no user: a backup Job, a workflow step (counted, never named)."""
     return sum(
-        not _is_own(p, username, user_label) and not (_has_owner(p) and is_server(p))
+        not owned_by(p, username, user_label) and not (has_owner(p) and is_server(p))
         for p in decision.holder_pods
     )
 
@@ -421,7 +389,7 @@ _KARPENTER_MISMATCH = frozenset({"requirements", "taint"})
 
 def _requests_words(requests: Mapping[str, str]) -> str:
     # Only the GPUs: Karpenter quotes memory in bytes and adds its own pod count.
-    gpus = [requests[r] for r in ("nvidia.com/gpu", "amd.com/gpu") if requests.get(r)]
+    gpus = [requests[r] for r in GPU_RESOURCES if requests.get(r)]
     if not gpus:
         return ""
     return f" ({' and '.join(gpus)} GPU{'s' if gpus != ['1'] else ''})"

@@ -40,10 +40,23 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-from .placement import MIGRATION_ANNOTATION, MIGRATION_SINCE_ANNOTATION, MOVING, RWO, RWX
+from .objects import (
+    MIGRATION_ANNOTATION,
+    MIGRATION_SINCE_ANNOTATION,
+    MOVING,
+    RWO,
+    RWX,
+    SERVERNAME_ANNOTATION,
+    TERMINAL_PHASES,
+    USERNAME_ANNOTATION,
+    attached_nodes,
+    is_terminal,
+    pod_claims,
+)
+from .objects import annotations_of as _annotations
+from .objects import meta as _meta
+from .objects import spec as _spec
 from .view import ApiError, read_json
-
-USERNAME_ANNOTATION = "hub.jupyter.org/username"
 
 # Written on the old PersistentVolume: it outlives the claims, so the move's state lives there.
 CLAIM_KEY = "nebari.dev/migrate-claim"  # "<namespace>/<claim>"
@@ -145,18 +158,6 @@ class Interrupted(Exception):
 # reading objects (pure)
 
 
-def _meta(obj: Mapping | None) -> Mapping:
-    return (obj or {}).get("metadata") or {}
-
-
-def _spec(obj: Mapping | None) -> Mapping:
-    return (obj or {}).get("spec") or {}
-
-
-def _annotations(obj: Mapping | None) -> Mapping:
-    return _meta(obj).get("annotations") or {}
-
-
 def temporary_name(claim: str) -> str:
     """The temporary claim's (and the copy pod's) name: no KubeSpawner claim name starts with
     ``migrate-``; names too long for a pod are shortened with a hash."""
@@ -200,12 +201,11 @@ def holders(pods: Iterable[Mapping], claim: str) -> list[dict]:
     may start any moment), except the migration's own copy pod."""
     found = []
     for pod in pods:
-        if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+        if is_terminal(pod):
             continue
         if (_meta(pod).get("labels") or {}).get(COMPONENT_LABEL) == COMPONENT:
             continue
-        volumes = _spec(pod).get("volumes") or []
-        if any((v.get("persistentVolumeClaim") or {}).get("claimName") == claim for v in volumes):
+        if claim in pod_claims(pod):
             found.append(dict(pod))
     return sorted(found, key=lambda p: _meta(p).get("name", ""))
 
@@ -216,7 +216,7 @@ def server_names(pods: Iterable[Mapping]) -> list[str]:
     for pod in pods:
         annotations = _annotations(pod)
         if USERNAME_ANNOTATION in annotations:
-            server = annotations.get("hub.jupyter.org/servername", "")
+            server = annotations.get(SERVERNAME_ANNOTATION, "")
             names.append(server or "(default)")
         else:
             names.append(f"pod {_meta(pod).get('name', '')}")
@@ -412,7 +412,7 @@ def copy_result(pod: Mapping) -> dict | None:
     """The copy's JSON summary from a finished copy pod (None while it runs)."""
     status = pod.get("status") or {}
     phase = status.get("phase")
-    if phase not in ("Succeeded", "Failed"):
+    if phase not in TERMINAL_PHASES:
         return None
     for cs in status.get("containerStatuses") or []:
         terminated = (cs.get("state") or {}).get("terminated") or {}
@@ -917,15 +917,7 @@ class Mover:
             if exc.status in (401, 403):
                 return None
             raise
-        nodes = sorted(
-            {
-                _spec(va).get("nodeName")
-                for va in listing.get("items") or []
-                if (_spec(va).get("source") or {}).get("persistentVolumeName") == pv_name
-                and (va.get("status") or {}).get("attached")
-            }
-            - {None}
-        )
+        nodes = sorted(attached_nodes(listing.get("items") or [], pv_name))
         return nodes[0] if len(nodes) == 1 else None
 
     async def _wait_copy(self, claim: str, pod_name: str) -> dict:

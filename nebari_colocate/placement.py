@@ -11,34 +11,60 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from . import fit
+from .config import (
+    DEFAULT_PREMIUM_NODE_POLICY,
+    DEFAULT_PREMIUM_RESOURCES,
+    POLICY_REFUSE,
+    POLICY_WARN,
+)
+from .objects import (
+    MIGRATION_ANNOTATION,
+    MIGRATION_SINCE_ANNOTATION,
+    MOVING,
+    RWO,
+    RWOP,
+    holders,
+    is_exclusive,
+    is_terminal,
+    meta,
+    mounts_read_only,
+    pod_claims,
+    spec,
+)
 from .state import ClusterState
-
-RWO, RWX, ROX, RWOP = "ReadWriteOnce", "ReadWriteMany", "ReadOnlyMany", "ReadWriteOncePod"
-SHARED_MODES = (RWX, ROX)
 
 SKIP, COLOCATE, REFUSE = "skip", "colocate", "refuse"
 
-REASON_CODES = (
-    "node-unschedulable",
-    "node-selector",
-    "taint",
-    "insufficient:<resource>",
-    "too-many-pods",
-    "volume-node-affinity",
-    "claim-in-use",
-    "split-attachment",
-    "premium-node",
-    "node-not-found",
-    "home-being-moved",
-)
-#: the pinned node does not exist any more (its holders or attachment outlived it)
-NODE_NOT_FOUND = "node-not-found"
+#: what pins a decision to its node (``Decision.pinned_by``)
+PINNED_BY_HOLDERS, PINNED_BY_ATTACHMENT = "holders", "attachment"
 
-#: on a claim whose data ``nebari-colocate migrate`` is moving to other storage: no server may
-#: start with it until the move ends (value MOVING; the start time in MIGRATION_SINCE_ANNOTATION)
-MIGRATION_ANNOTATION = "nebari.dev/migration"
-MIGRATION_SINCE_ANNOTATION = "nebari.dev/migration-started"
-MOVING = "moving"
+# The reason codes of ``decide``'s own steps (the fit check's are in ``fit`` beside each filter).
+#: 0. the claim's data is being moved to other storage (``nebari-colocate migrate``)
+HOME_BEING_MOVED = "home-being-moved"
+#: 2. a ReadWriteOncePod claim is in use by another pod
+CLAIM_IN_USE = "claim-in-use"
+#: 3. an exclusive claim is in use, or attached, on more than one node
+SPLIT_ATTACHMENT = "split-attachment"
+#: 5. the pinned node does not exist any more (its holders or attachment outlived it)
+NODE_NOT_FOUND = "node-not-found"
+#: 6. a pod that requests no premium resource, pinned to a premium node
+PREMIUM_NODE = "premium-node"
+
+#: every reason code a Decision may carry (the ``simulate --json`` contract: extend, never
+#: rename); ``insufficient:<resource>`` stands for one code per resource
+REASON_CODES = (
+    *fit.FIT_REASONS,
+    CLAIM_IN_USE,
+    SPLIT_ATTACHMENT,
+    PREMIUM_NODE,
+    NODE_NOT_FOUND,
+    HOME_BEING_MOVED,
+)
+
+
+def is_reason_code(code: str) -> bool:
+    """``code`` is one of :data:`REASON_CODES` (any ``insufficient:<resource>``)."""
+    return code in REASON_CODES or bool(fit.insufficient_resource(code))
 
 
 @dataclass(frozen=True)
@@ -46,8 +72,8 @@ class Policy:
     """The configuration ``decide`` needs (the spawner builds it from its traits)."""
 
     storage_access_mode: str = RWO
-    premium_resources: tuple[str, ...] = ("nvidia.com/gpu", "amd.com/gpu")
-    premium_node_policy: str = "warn"  # allow | warn | refuse
+    premium_resources: tuple[str, ...] = DEFAULT_PREMIUM_RESOURCES
+    premium_node_policy: str = DEFAULT_PREMIUM_NODE_POLICY  # allow | warn | refuse
 
 
 @dataclass
@@ -78,7 +104,11 @@ class Decision:
         return sorted({(p.get("metadata") or {}).get("name", "") for p in self.holder_pods})
 
     def as_json(self, message: str = "") -> dict:
-        """The ``simulate --json`` object of DESIGN section 8 (extend, never rename)."""
+        """The ``simulate --json`` object (``docs/cli.md``: extend, never rename); its reasons
+        and warnings are codes of :data:`REASON_CODES`, or ValueError."""
+        unknown = [c for c in (*self.reasons, *self.warnings) if not is_reason_code(c)]
+        if unknown:
+            raise ValueError(f"reason codes {unknown} are not in REASON_CODES")
         return {
             "verdict": self.verdict,
             "node": self.node,
@@ -96,69 +126,15 @@ class Decision:
 # helpers on plain dicts
 
 
-def _meta(obj: Mapping) -> Mapping:
-    return obj.get("metadata") or {}
-
-
-def _spec(obj: Mapping) -> Mapping:
-    return obj.get("spec") or {}
-
-
-def pod_claims(pod: Mapping) -> list[str]:
-    """Names of the PVCs a pod mounts, in volume order, without duplicates."""
-    names: list[str] = []
-    for volume in _spec(pod).get("volumes") or []:
-        claim = (volume.get("persistentVolumeClaim") or {}).get("claimName")
-        if claim and claim not in names:
-            names.append(claim)
-    return names
-
-
 def claim_modes(pvc: Mapping | None, policy: Policy) -> list[str]:
     """Access modes of a claim; one not (yet) in the state has the configured mode."""
     if pvc is None:
         return [policy.storage_access_mode]
-    return list(_spec(pvc).get("accessModes") or [])
-
-
-def is_exclusive(modes: Iterable[str], read_only: bool = False) -> bool:
-    """Exclusive unless ``ReadWriteMany``, or ``ReadOnlyMany`` with every pod involved mounting
-    it read-only (``read_only``): ``[ReadWriteOnce, ReadOnlyMany]`` mounted read-write still
-    attaches read-write to one node only (GCE PD, Azure Disk)."""
-    modes = list(modes)
-    if RWX in modes:
-        return False
-    return not (ROX in modes and read_only)
-
-
-def mounts_read_only(pod: Mapping, claim: str) -> bool:
-    """Every volume of ``pod`` that uses ``claim`` says ``readOnly: true`` (what the attach of
-    the volume follows; a container's read-only mount does not make the attachment read-only)."""
-    volumes = [
-        v.get("persistentVolumeClaim") or {}
-        for v in _spec(pod).get("volumes") or []
-        if (v.get("persistentVolumeClaim") or {}).get("claimName") == claim
-    ]
-    return bool(volumes) and all(v.get("readOnly") is True for v in volumes)
+    return list(spec(pvc).get("accessModes") or [])
 
 
 def _moving(pvc: Mapping | None) -> bool:
-    return (_meta(pvc or {}).get("annotations") or {}).get(MIGRATION_ANNOTATION) == MOVING
-
-
-def holds_volume(pod: Mapping) -> bool:
-    """Bound and not finished: terminating pods still hold the volume."""
-    return bool(_spec(pod).get("nodeName")) and not fit.is_terminal(pod)
-
-
-def _requests_any(pod: Mapping, resources: Iterable[str]) -> bool:
-    requested = fit.pod_requests(pod)
-    return any(requested.get(r, 0) > 0 for r in resources)
-
-
-def _allocatable_any(node: Mapping, resources: Iterable[str]) -> bool:
-    allocatable = (node.get("status") or {}).get("allocatable") or {}
-    return any(fit.scheduler_units(r, allocatable[r]) > 0 for r in resources if r in allocatable)
+    return (meta(pvc or {}).get("annotations") or {}).get(MIGRATION_ANNOTATION) == MOVING
 
 
 # --------------------------------------------------------------------------------------------------
@@ -167,18 +143,18 @@ def _allocatable_any(node: Mapping, resources: Iterable[str]) -> bool:
 
 def decide(pod: Mapping, state: ClusterState, policy: Policy) -> Decision:
     """Decide skip / colocate / refuse for ``pod`` given ``state`` (DESIGN section 5)."""
-    namespace = _meta(pod).get("namespace") or state.namespace
-    own_name = _meta(pod).get("name")
+    namespace = meta(pod).get("namespace") or state.namespace
+    own_name = meta(pod).get("name")
 
     all_claims = pod_claims(pod)
 
     # 0. A home being moved to other storage (nebari-colocate migrate): nothing starts on it.
     moving = [c for c in all_claims if _moving(state.pvc(namespace, c))]
     if moving:
-        since = (_meta(state.pvc(namespace, moving[0])).get("annotations") or {}).get(
+        since = (meta(state.pvc(namespace, moving[0])).get("annotations") or {}).get(
             MIGRATION_SINCE_ANNOTATION
         )
-        return Decision(REFUSE, reasons=["home-being-moved"], claims=moving, moving_since=since)
+        return Decision(REFUSE, reasons=[HOME_BEING_MOVED], claims=moving, moving_since=since)
 
     # 1. Claims: only exclusive claims constrain placement.
     modes = {c: claim_modes(state.pvc(namespace, c), policy) for c in all_claims}
@@ -192,28 +168,26 @@ def decide(pod: Mapping, state: ClusterState, policy: Policy) -> Decision:
 
     # 2. Holders: pods of the namespace that mount one of those claims and sit on a node.
     candidates = {id(p): p for c in exclusive for p in state.pods_mounting(namespace, c)}
-    holders = [
-        p for p in candidates.values() if _meta(p).get("name") != own_name and holds_volume(p)
-    ]
-    decision = Decision(COLOCATE, holder_pods=holders, claims=exclusive)
+    holding = holders(candidates.values(), exclusive, exclude=own_name)
+    decision = Decision(COLOCATE, holder_pods=holding, claims=exclusive)
     busy = sorted(
-        c for c in exclusive if RWOP in modes[c] and any(c in pod_claims(h) for h in holders)
+        c for c in exclusive if RWOP in modes[c] and any(c in pod_claims(h) for h in holding)
     )
     if busy:
         decision.verdict, decision.busy_claims = REFUSE, busy
-        decision.reasons.append("claim-in-use")
+        decision.reasons.append(CLAIM_IN_USE)
         return decision
 
     # 3. Pinned node: the holders' node, else a volume still attached somewhere.
-    nodes = sorted({_spec(h)["nodeName"] for h in holders})
+    nodes = sorted({spec(h)["nodeName"] for h in holding})
     if nodes:
-        decision.pinned_by = "holders"
+        decision.pinned_by = PINNED_BY_HOLDERS
     else:
-        nodes = sorted(_attached_nodes(exclusive, namespace, state))
-        decision.pinned_by = "attachment" if nodes else None
+        nodes = sorted(set().union(*(state.attached_nodes(namespace, c) for c in exclusive)))
+        decision.pinned_by = PINNED_BY_ATTACHMENT if nodes else None
     if len(nodes) > 1:
         decision.verdict, decision.split_nodes = REFUSE, nodes
-        decision.reasons.append("split-attachment")
+        decision.reasons.append(SPLIT_ATTACHMENT)
         return decision
 
     # 4. Not pinned: the pod affinity alone; the scheduler's first-pod rule places it anywhere.
@@ -230,7 +204,7 @@ def decide(pod: Mapping, state: ClusterState, policy: Policy) -> Decision:
             pod, node, (), bound_pvs, usage=state.node_usage(node_name, exclude=own_key)
         )
         decision.reasons.extend(decision.fit.reasons)
-        premium = _allocatable_any(node, policy.premium_resources)
+        premium = bool(fit.offered(node, policy.premium_resources))
         if not state.node_pods_complete:
             decision.notes.append(f"pods of other namespaces on {node_name} were not readable")
     elif state.nodes is not None:
@@ -245,15 +219,15 @@ def decide(pod: Mapping, state: ClusterState, policy: Policy) -> Decision:
         decision.notes.append(
             f"node {node_name} not readable: fit inferred from the holders' specs"
         )
-        decision.reasons.extend(_inferred_misfit(pod, node_name, holders, bound_pvs))
-        premium = any(_requests_any(h, policy.premium_resources) for h in holders)
+        decision.reasons.extend(_inferred_misfit(pod, node_name, holding, bound_pvs))
+        premium = any(fit.requests_any(h, policy.premium_resources) for h in holding)
 
     # 6. Premium guard: keep pods that need no GPU off a GPU node.
-    if premium and not _requests_any(pod, policy.premium_resources):
-        if policy.premium_node_policy == "refuse":
-            decision.reasons.append("premium-node")
-        elif policy.premium_node_policy == "warn":
-            decision.warnings.append("premium-node")
+    if premium and not fit.requests_any(pod, policy.premium_resources):
+        if policy.premium_node_policy == POLICY_REFUSE:
+            decision.reasons.append(PREMIUM_NODE)
+        elif policy.premium_node_policy == POLICY_WARN:
+            decision.warnings.append(PREMIUM_NODE)
 
     if decision.reasons:
         decision.verdict = REFUSE
@@ -269,22 +243,8 @@ def _read_only_everywhere(
     return all(
         mounts_read_only(p, claim)
         for p in state.pods_mounting(namespace, claim)
-        if _meta(p).get("name") != own_name and not fit.is_terminal(p)
+        if meta(p).get("name") != own_name and not is_terminal(p)
     )
-
-
-def _attached_nodes(claims: Iterable[str], namespace: str, state: ClusterState) -> set[str]:
-    """Nodes a claim's PV is attached to (a detach may still be in progress)."""
-    if not state.volume_attachments:
-        return set()
-    nodes: set[str] = set()
-    for claim in claims:
-        pvc = state.pvc(namespace, claim)
-        volume = _spec(pvc).get("volumeName") if pvc is not None else None
-        for va in state.attachments_of(volume):
-            if (va.get("status") or {}).get("attached") is True and _spec(va).get("nodeName"):
-                nodes.add(_spec(va)["nodeName"])
-    return nodes
 
 
 # --------------------------------------------------------------------------------------------------
@@ -295,7 +255,7 @@ def _known_labels(holders: Iterable[Mapping]) -> dict[str, str]:
     """A pod bound to a node with ``nodeSelector {k: v}`` proves the node has label k=v."""
     known: dict[str, str] = {}
     for holder in holders:
-        known.update(_spec(holder).get("nodeSelector") or {})
+        known.update(spec(holder).get("nodeSelector") or {})
     return known
 
 
@@ -327,7 +287,7 @@ def _inferred_misfit(
     """Reasons that are certain without reading the Node (labels proven by holders)."""
     labels = _known_labels(holders)
     reasons = []
-    selector = _spec(pod).get("nodeSelector") or {}
+    selector = spec(pod).get("nodeSelector") or {}
     mismatch = any(k in labels and labels[k] != v for k, v in selector.items())
     required = fit.required_node_affinity(pod)
     if required is not None:
@@ -335,17 +295,17 @@ def _inferred_misfit(
         if all(_term_known(t, labels, node_name) is False for t in terms):
             mismatch = True
     if mismatch:
-        reasons.append("node-selector")
+        reasons.append(fit.NODE_SELECTOR)
     labels_only = {"metadata": {"labels": labels}}
     for pv in bound_pvs:
-        required_pv = (_spec(pv).get("nodeAffinity") or {}).get("required")
+        required_pv = (spec(pv).get("nodeAffinity") or {}).get("required")
         if required_pv is None:
             continue
         terms = required_pv.get("nodeSelectorTerms") or []
         if all(_term_known(t, labels, "") is False for t in terms) and not fit.selector_matches(
             required_pv, labels_only
         ):
-            reasons.append("volume-node-affinity")
+            reasons.append(fit.VOLUME_NODE_AFFINITY)
             break
     return reasons
 
@@ -364,24 +324,21 @@ def safe_side(
     ``metadata.namespace``, so the manifest's own field cannot be relied on.  All claims count as
     exclusive: without the PVCs we cannot prove a claim is shared.
     """
-    namespace = namespace or _meta(pod).get("namespace")
-    own_name = _meta(pod).get("name")
+    namespace = namespace or meta(pod).get("namespace")
+    own_name = meta(pod).get("name")
     claims = set(pod_claims(pod))
-    holders = [
+    in_namespace = [
         p
         for p in known_pods
-        if (namespace is None or (_meta(p).get("namespace") or namespace) == namespace)
-        and _meta(p).get("name") != own_name
-        and holds_volume(p)
-        and set(pod_claims(p)) & claims
+        if namespace is None or (meta(p).get("namespace") or namespace) == namespace
     ]
-    holders = list({id(p): p for p in holders}.values())
-    nodes = sorted({_spec(h)["nodeName"] for h in holders})
+    holding = list({id(p): p for p in holders(in_namespace, claims, exclude=own_name)}.values())
+    nodes = sorted({spec(h)["nodeName"] for h in holding})
     decision = Decision(
-        COLOCATE, holder_pods=holders, claims=pod_claims(pod), verified=False, notes=[why]
+        COLOCATE, holder_pods=holding, claims=pod_claims(pod), verified=False, notes=[why]
     )
     if len(nodes) == 1:
-        decision.node, decision.pinned_by = nodes[0], "holders"
+        decision.node, decision.pinned_by = nodes[0], PINNED_BY_HOLDERS
     elif not claims:
         decision.verdict = SKIP
     return decision

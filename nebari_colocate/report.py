@@ -14,21 +14,27 @@ from collections.abc import Iterable, Mapping, Sequence
 from decimal import Decimal
 
 from . import fit, messages
-from .placement import (
-    REFUSE,
-    SKIP,
-    Decision,
-    Policy,
-    claim_modes,
+from .objects import (
+    COMPONENT_LABEL,
+    RWX,
+    SERVER_COMPONENT,
+    SERVERNAME_ANNOTATION,
+    USERNAME_ANNOTATION,
+    USERNAME_LABEL,
+    holder_nodes,
     holds_volume,
     is_exclusive,
+    meta,
     mounts_read_only,
+    owned_by,
     pod_claims,
+    pod_server,
+    pod_user,
+    spec,
 )
+from .placement import PINNED_BY_ATTACHMENT, REFUSE, SKIP, Decision, Policy, claim_modes
 from .state import ClusterState
 
-SERVERNAME_LABEL = "hub.jupyter.org/servername"
-USER_POD_COMPONENT = "singleuser-server"
 #: the name of the pod ``explain`` judges when the server is not running (it matches no real pod)
 EXPLAIN_POD_NAME = "nebari-colocate-explain"
 
@@ -39,58 +45,13 @@ _RESOURCE_ORDER = ("cpu", "memory", "ephemeral-storage", "pods")
 # small helpers on plain dicts
 
 
-def _meta(obj: Mapping) -> Mapping:
-    return obj.get("metadata") or {}
-
-
-def _spec(obj: Mapping) -> Mapping:
-    return obj.get("spec") or {}
-
-
-def pod_user(pod: Mapping) -> str:
-    """The username of a user pod: the raw-name annotation, else the (slugged) label; else ""."""
-    meta = _meta(pod)
-    annotations = meta.get("annotations") or {}
-    if messages.USERNAME_ANNOTATION in annotations:
-        return annotations[messages.USERNAME_ANNOTATION]
-    return (meta.get("labels") or {}).get(messages.USERNAME_LABEL, "")
-
-
-def pod_server(pod: Mapping) -> str:
-    """The server name of a user pod (``""`` for the default server)."""
-    meta = _meta(pod)
-    annotations = meta.get("annotations") or {}
-    if messages.SERVERNAME_ANNOTATION in annotations:
-        return annotations[messages.SERVERNAME_ANNOTATION] or ""
-    if messages.USERNAME_ANNOTATION in annotations:
-        return ""  # KubeSpawner writes no servername annotation for the default server
-    return (meta.get("labels") or {}).get(SERVERNAME_LABEL, "")
-
-
 def server_display(name: str) -> str:
     return name or "(default)"
 
 
-def owned_by(obj: Mapping, username: str, label_value: str) -> bool:
-    """Owned by ``username``: by the raw-name annotation; without one (objects made by older
-    versions), by the ``hub.jupyter.org/username`` label, KubeSpawner's safe slug of the name."""
-    meta = _meta(obj)
-    annotations = meta.get("annotations") or {}
-    if messages.USERNAME_ANNOTATION in annotations:
-        return annotations[messages.USERNAME_ANNOTATION] == username
-    return (
-        bool(label_value) and (meta.get("labels") or {}).get(messages.USERNAME_LABEL) == label_value
-    )
-
-
-def is_user_pod(pod: Mapping) -> bool:
-    """A JupyterHub server pod: it names its user in an annotation or label."""
-    return bool(pod_user(pod))
-
-
 def _server_key(pod: Mapping) -> tuple:
     server = pod_server(pod)
-    return (server != "", server, _meta(pod).get("name", ""))
+    return (server != "", server, meta(pod).get("name", ""))
 
 
 def user_pods(pods: Iterable[Mapping], username: str, label_value: str) -> list[dict]:
@@ -109,7 +70,7 @@ def user_claims(
 
 
 def _phase(pod: Mapping) -> str:
-    if _meta(pod).get("deletionTimestamp"):
+    if meta(pod).get("deletionTimestamp"):
         return "Terminating"
     return (pod.get("status") or {}).get("phase") or "Pending"
 
@@ -119,8 +80,8 @@ def _shared_tolerations(own_pods: Sequence[Mapping]) -> list[dict]:
     zero-to-jupyterhub's ``hub.jupyter.org/dedicated=user``), not a profile's."""
     if not own_pods:
         return []
-    first = [dict(t) for t in _spec(own_pods[0]).get("tolerations") or []]
-    return [t for t in first if all(t in (_spec(p).get("tolerations") or []) for p in own_pods)]
+    first = [dict(t) for t in spec(own_pods[0]).get("tolerations") or []]
+    return [t for t in first if all(t in (spec(p).get("tolerations") or []) for p in own_pods)]
 
 
 def minimal_pod(
@@ -137,10 +98,10 @@ def minimal_pod(
     It takes the name of the server's running pod (a restart replaces it) or a name no pod has.
     """
     running = [p for p in own_pods if pod_server(p) == server]
-    name = _meta(running[0]).get("name") if running else EXPLAIN_POD_NAME
-    annotations = {messages.USERNAME_ANNOTATION: username}
+    name = meta(running[0]).get("name") if running else EXPLAIN_POD_NAME
+    annotations = {USERNAME_ANNOTATION: username}
     if server:
-        annotations[messages.SERVERNAME_ANNOTATION] = server
+        annotations[SERVERNAME_ANNOTATION] = server
     spec: dict = {
         "containers": [{"name": "notebook", "image": "nebari-colocate-explain"}],
         "volumes": [
@@ -157,7 +118,7 @@ def minimal_pod(
         "metadata": {
             "name": name,
             "namespace": namespace,
-            "labels": {messages.USERNAME_LABEL: label_value, "component": USER_POD_COMPONENT},
+            "labels": {USERNAME_LABEL: label_value, COMPONENT_LABEL: SERVER_COMPONENT},
             "annotations": annotations,
         },
         "spec": spec,
@@ -178,7 +139,7 @@ def node_headroom(node: Mapping, pods: Iterable[Mapping]) -> dict[str, dict[str,
     """Per resource: allocatable, requested (by the pods bound to the node that are not finished,
     as the scheduler counts them) and free.  Resources with nothing allocatable or requested are
     left out (kubelets report ``hugepages-*: 0``)."""
-    name = _meta(node).get("name", "")
+    name = meta(node).get("name", "")
     allocatable_raw = (node.get("status") or {}).get("allocatable") or {}
     allocatable = {k: fit.scheduler_units(k, v) for k, v in allocatable_raw.items()}
     used, count = fit.node_usage(name, pods)
@@ -192,23 +153,6 @@ def node_headroom(node: Mapping, pods: Iterable[Mapping]) -> dict[str, dict[str,
     return rows
 
 
-def node_premium(node: Mapping, resources: Iterable[str]) -> dict[str, int]:
-    """The premium resources a node offers (allocatable > 0)."""
-    allocatable = (node.get("status") or {}).get("allocatable") or {}
-    found = {}
-    for resource in resources:
-        if resource in allocatable:
-            units = fit.scheduler_units(resource, allocatable[resource])
-            if units > 0:
-                found[resource] = units
-    return found
-
-
-def requests_premium(pod: Mapping, resources: Iterable[str]) -> bool:
-    requested = fit.pod_requests(pod)
-    return any(requested.get(r, 0) > 0 for r in resources)
-
-
 def quantity(resource: str, units: int) -> str:
     """Scheduler units as a person reads them: ``1.5`` (cores), ``16 GiB``, ``110``."""
     if resource == "cpu":
@@ -216,29 +160,6 @@ def quantity(resource: str, units: int) -> str:
     if resource in ("memory", "ephemeral-storage"):
         return fit.format_units(resource, units)
     return str(units)
-
-
-def _attached_nodes(pv_name: str | None, attachments: Iterable[Mapping]) -> list[str]:
-    if not pv_name:
-        return []
-    return sorted(
-        {
-            _spec(va).get("nodeName")
-            for va in attachments
-            if (_spec(va).get("source") or {}).get("persistentVolumeName") == pv_name
-            and (va.get("status") or {}).get("attached") is True
-            and _spec(va).get("nodeName")
-        }
-    )
-
-
-def _holder_nodes(claim: str, pods: Iterable[Mapping]) -> dict[str, list[str]]:
-    """Node -> names of the pods holding ``claim`` there (bound and not finished)."""
-    nodes: dict[str, list[str]] = {}
-    for pod in pods:
-        if holds_volume(pod) and claim in pod_claims(pod):
-            nodes.setdefault(_spec(pod)["nodeName"], []).append(_meta(pod).get("name", ""))
-    return {n: sorted(names) for n, names in sorted(nodes.items())}
 
 
 # --------------------------------------------------------------------------------------------------
@@ -290,8 +211,8 @@ def explain_report(
     servers = [
         {
             "server": pod_server(p),
-            "pod": _meta(p).get("name", ""),
-            "node": _spec(p).get("nodeName"),
+            "pod": meta(p).get("name", ""),
+            "node": spec(p).get("nodeName"),
             "phase": _phase(p),
             "claims": pod_claims(p),
         }
@@ -302,9 +223,9 @@ def explain_report(
     for name in claims:
         pvc = pvcs.get(name)
         modes = claim_modes(pvc, policy)
-        volume = _spec(pvc).get("volumeName") if pvc else None
+        volume = spec(pvc).get("volumeName") if pvc else None
         attached = (
-            _attached_nodes(volume, snapshot.volume_attachments)
+            sorted(snapshot.attached_nodes(namespace, name))
             if snapshot.volume_attachments is not None
             else None
         )
@@ -314,9 +235,9 @@ def explain_report(
                 "exists": pvc is not None,
                 "access_modes": modes,
                 "exclusive": is_exclusive(modes),
-                "storage_class": _spec(pvc).get("storageClassName") if pvc else None,
+                "storage_class": spec(pvc).get("storageClassName") if pvc else None,
                 "volume": volume or None,
-                "in_use_on": sorted(_holder_nodes(name, namespace_pods)),
+                "in_use_on": sorted(holder_nodes(namespace_pods, name)),
                 "attached_on": attached,
             }
         )
@@ -330,8 +251,8 @@ def explain_report(
     message = messages.user_message(
         decision, pod, username=username, server_name=server, user_label=label_value
     )
-    pod_name = _meta(pod).get("name")
-    replaces = [p for p in own if _meta(p).get("name") == pod_name]
+    pod_name = meta(pod).get("name")
+    replaces = [p for p in own if meta(p).get("name") == pod_name]
     new_server = {
         **decision.as_json(message),
         "server": server,
@@ -372,8 +293,8 @@ def _node_row(name: str, snapshot: ClusterState, policy: Policy) -> dict:
     row["found"] = node is not None
     if node is None:
         return row
-    row["cordoned"] = bool(_spec(node).get("unschedulable"))
-    row["premium"] = node_premium(node, policy.premium_resources)
+    row["cordoned"] = bool(spec(node).get("unschedulable"))
+    row["premium"] = fit.offered(node, policy.premium_resources)
     row["headroom"] = node_headroom(node, snapshot.pods_on_node(name))
     row["pods_counted"] = "all namespaces" if snapshot.node_pods_complete else "this namespace"
     return row
@@ -404,7 +325,7 @@ def _percent(used: int, have: int) -> str:
 def _node_title(row: Mapping, report: Mapping) -> str:
     flags = []
     if row["name"] == report.get("pinned_node"):
-        if report.get("pinned_by") == "attachment":
+        if report.get("pinned_by") == PINNED_BY_ATTACHMENT:
             flags.append("pinned: a claim's volume is still attached there")
         else:
             flags.append("pinned: the exclusive claims are in use there")
@@ -549,11 +470,11 @@ def audit_report(snapshot: ClusterState, policy: Policy, *, deployment_mode_give
         if not user or not claims:
             continue
         entry = pinned.setdefault(user, {"user": user, "nodes": [], "servers": [], "claims": []})
-        node = _spec(pod)["nodeName"]
+        node = spec(pod)["nodeName"]
         if node not in entry["nodes"]:
             entry["nodes"].append(node)
         entry["servers"].append(
-            {"server": pod_server(pod), "pod": _meta(pod).get("name", ""), "node": node}
+            {"server": pod_server(pod), "pod": meta(pod).get("name", ""), "node": node}
         )
         entry["claims"] = sorted(set(entry["claims"]) | set(claims))
     pinned_users = [pinned[u] for u in sorted(pinned)]
@@ -563,13 +484,13 @@ def audit_report(snapshot: ClusterState, policy: Policy, *, deployment_mode_give
     stranded = _stranded_pods(live, snapshot, policy)
 
     rwo_claims = None
-    if deployment_mode_given and policy.storage_access_mode == "ReadWriteMany":
+    if deployment_mode_given and policy.storage_access_mode == RWX:
         rwo_claims = []
         for name in sorted(pvcs):
             pvc = pvcs[name]
             holders = [p for p in live if name in pod_claims(p)]
             users = {pod_user(pvc)} - {""}
-            users.update(pod_user(p) for p in pods if name in pod_claims(p) and is_user_pod(p))
+            users.update(pod_user(p) for p in pods if name in pod_claims(p) and pod_user(p))
             if not users or name not in exclusive:
                 continue
             rwo_claims.append(
@@ -577,19 +498,18 @@ def audit_report(snapshot: ClusterState, policy: Policy, *, deployment_mode_give
                     "claim": name,
                     "users": sorted(users),
                     "access_modes": claim_modes(pvc, policy),
-                    "storage_class": _spec(pvc).get("storageClassName"),
-                    "in_use_by": sorted(_meta(p).get("name", "") for p in holders),
-                    "nodes": sorted({_spec(p)["nodeName"] for p in holders}),
+                    "storage_class": spec(pvc).get("storageClassName"),
+                    "in_use_by": sorted(meta(p).get("name", "") for p in holders),
+                    "nodes": sorted({spec(p)["nodeName"] for p in holders}),
                 }
             )
 
     splits = []
     for name in sorted(exclusive):
-        by_node = _holder_nodes(name, live)
+        by_node = holder_nodes(live, name)
         pvc = pvcs.get(name)
-        volume = _spec(pvc).get("volumeName") if pvc else None
         attached = (
-            _attached_nodes(volume, snapshot.volume_attachments)
+            sorted(snapshot.attached_nodes(snapshot.namespace, name))
             if snapshot.volume_attachments is not None
             else []
         )
@@ -628,30 +548,30 @@ def _stranded_pods(live: list[dict], snapshot: ClusterState, policy: Policy) -> 
     resources = policy.premium_resources
     by_node: dict[str, list[dict]] = {}
     for pod in live:
-        by_node.setdefault(_spec(pod)["nodeName"], []).append(pod)
+        by_node.setdefault(spec(pod)["nodeName"], []).append(pod)
     result = []
     for node_name in sorted(by_node):
         on_node = by_node[node_name]
         premium_pods = sorted(
-            _meta(p).get("name", "") for p in on_node if requests_premium(p, resources)
+            meta(p).get("name", "") for p in on_node if fit.requests_any(p, resources)
         )
         if snapshot.nodes is not None:
             node = snapshot.nodes.get(node_name)
-            premium = node_premium(node, resources) if node is not None else {}
+            premium = fit.offered(node, resources) if node is not None else {}
             inferred = False
         else:
-            premium = {r: 0 for r in resources if any(_requests(p, r) for p in on_node)}
+            premium = {r: 0 for r in resources if any(fit.requests_any(p, [r]) for p in on_node)}
             inferred = True
         if not premium:
             continue
         for pod in sorted(on_node, key=lambda p: (pod_user(p), *_server_key(p))):
-            if not is_user_pod(pod) or requests_premium(pod, resources):
+            if not pod_user(pod) or fit.requests_any(pod, resources):
                 continue
             result.append(
                 {
                     "user": pod_user(pod),
                     "server": pod_server(pod),
-                    "pod": _meta(pod).get("name", ""),
+                    "pod": meta(pod).get("name", ""),
                     "node": node_name,
                     "node_premium": premium,
                     "premium_pods_on_node": premium_pods,
@@ -659,10 +579,6 @@ def _stranded_pods(live: list[dict], snapshot: ClusterState, policy: Policy) -> 
                 }
             )
     return result
-
-
-def _requests(pod: Mapping, resource: str) -> bool:
-    return fit.pod_requests(pod).get(resource, 0) > 0
 
 
 def render_audit(report: Mapping) -> str:

@@ -22,7 +22,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import re
 import time
 from datetime import datetime, timezone
 from types import SimpleNamespace
@@ -35,7 +34,6 @@ from traitlets import (
     CaselessStrEnum,
     Float,
     List,
-    TraitError,
     Unicode,
     default,
     validate,
@@ -43,122 +41,27 @@ from traitlets import (
 
 from . import messages, metrics
 from .affinity import apply_decision
+from .config import (
+    ACCESS_MODES,
+    DEFAULT_ACCESS_MODE,
+    DEFAULT_CHECK_TIMEOUT,
+    DEFAULT_LABEL_KEY,
+    DEFAULT_PREMIUM_NODE_POLICY,
+    DEFAULT_PREMIUM_RESOURCES,
+    PREMIUM_POLICIES,
+    check_label_key,
+    check_mode_conflicts,
+    check_premium_resources,
+    check_timeout,
+)
 from .events import FAIL, EventVerdict, classify
-from .fit import pod_requests
+from .fit import requests_any
 from .jupyterhub import JUPYTERHUB_MAJOR, ColocationRefused, uncount_refusal
+from .objects import SERVERNAME_ANNOTATION, USERNAME_ANNOTATION
 from .placement import REFUSE, SKIP, Decision, Policy, decide, safe_side
 from .view import ClusterView, DirectReader, ViewNotLive, admitted_pod
 
 __all__ = ["JUPYTERHUB_MAJOR", "ColocatingKubeSpawner", "ColocationRefused"]
-
-_LABEL_NAME = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)$")
-_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
-
-
-def label_key_problem(key: str) -> str | None:
-    """Why ``key`` is not a valid Kubernetes label key, or None."""
-    prefix, _, name = key.rpartition("/")
-    if not name or len(name) > 63 or not _LABEL_NAME.match(name):
-        return "the name part must be 1-63 characters [A-Za-z0-9-_.], alphanumeric at both ends"
-    if "/" in key and (not prefix or len(prefix) > 253 or not _DNS_SUBDOMAIN.match(prefix)):
-        return "the prefix must be a DNS subdomain (lowercase, dots, at most 253 characters)"
-    return None
-
-
-class ColocationConfigError(ValueError):
-    """Configuration that cannot work; the message names the setting, the value, what is allowed."""
-
-
-ACCESS_MODES = ("ReadWriteOnce", "ReadWriteMany")
-PREMIUM_POLICIES = ("allow", "warn", "refuse")
-
-
-def check_label_key(key: str) -> str:
-    problem = label_key_problem(key) if isinstance(key, str) else "it is not a string"
-    if problem:
-        raise TraitError(
-            f"colocation_label_key {key!r} is not a valid Kubernetes label key: {problem}"
-        )
-    return key
-
-
-def check_premium_resources(names) -> list:
-    for name in names:
-        if not isinstance(name, str) or label_key_problem(name) or "/" not in name:
-            raise TraitError(
-                f"premium_resources entry {name!r} is not an extended resource name: use a "
-                "domain-prefixed name such as 'nvidia.com/gpu'"
-            )
-    return names
-
-
-#: the shortest colocation_check_timeout that can work (seconds): the check makes up to four
-#: rounds of API requests, and one request to an API server in the cluster takes milliseconds on
-#: a quiet control plane and tens of milliseconds on a busy one
-MIN_CHECK_TIMEOUT = 0.25
-
-
-def check_timeout(value) -> float:
-    """A colocation_check_timeout that can work: a finite number of seconds, at least
-    :data:`MIN_CHECK_TIMEOUT`."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
-        raise TraitError(f"colocation_check_timeout {value!r} must be a number of seconds")
-    if not MIN_CHECK_TIMEOUT <= value < float("inf"):
-        raise TraitError(
-            f"colocation_check_timeout {value!r} cannot work: use at least {MIN_CHECK_TIMEOUT} "
-            "seconds (and a finite number). The check makes up to four rounds of Kubernetes API "
-            "requests (the pods and claims, the volume attachments, the node and volumes, the "
-            "node's pods); with less time than that even a healthy API server cannot answer, and "
-            "every spawn would take the safe side. Default: 5"
-        )
-    return value
-
-
-def check_mode_conflicts(mode: str, storage_class, explicit_modes) -> None:
-    """RWX needs a storage class; an explicit storage_access_modes must agree with the mode."""
-    if mode == "ReadWriteMany" and not storage_class:
-        raise ColocationConfigError(
-            f"storage_access_mode is {mode!r} but storage_class is {storage_class!r}: "
-            "ReadWriteMany needs the name of a StorageClass that provides it (for example an "
-            "NFS, CephFS, EFS or Longhorn RWX class); set storage_class "
-            "(helm: custom.storage-class)"
-        )
-    if explicit_modes is not None and set(explicit_modes) != {mode}:
-        raise ColocationConfigError(
-            f"storage_access_modes is {list(explicit_modes)!r} but storage_access_mode is "
-            f"{mode!r}: remove storage_access_modes (it follows storage_access_mode) or set it "
-            f"to [{mode!r}]"
-        )
-
-
-def _caseless_choice(name: str, value, choices) -> str:
-    for choice in choices:
-        if isinstance(value, str) and value.lower() == choice.lower():
-            return choice
-    raise TraitError(f"{name} {value!r} is not valid: choose one of {', '.join(choices)}")
-
-
-def check_config(config, class_names=("Spawner", "KubeSpawner", "ColocatingKubeSpawner")) -> None:
-    """Validate a hub's traitlets config at hub start, without creating a spawner.
-
-    Reads the sections in ``class_names`` (later ones win, as for a ColocatingKubeSpawner) and
-    raises TraitError / ColocationConfigError naming the setting, the value and what is allowed.
-    Call it at the end of the hub config (``nebari_colocate.helm.configure`` does).
-    """
-    merged: dict = {}
-    for section in class_names:
-        if section in config:
-            merged.update(dict(config[section].items()))
-    mode = _caseless_choice(
-        "storage_access_mode", merged.get("storage_access_mode", "ReadWriteOnce"), ACCESS_MODES
-    )
-    _caseless_choice(
-        "premium_node_policy", merged.get("premium_node_policy", "warn"), PREMIUM_POLICIES
-    )
-    check_label_key(merged.get("colocation_label_key", "nebari.dev/colocate-user"))
-    check_premium_resources(merged.get("premium_resources", []))
-    check_timeout(merged.get("colocation_check_timeout", 5.0))
-    check_mode_conflicts(mode, merged.get("storage_class"), merged.get("storage_access_modes"))
 
 
 class KubernetesApiFault(RuntimeError):
@@ -237,8 +140,8 @@ class ColocatingKubeSpawner(KubeSpawner):
     """
 
     storage_access_mode = CaselessStrEnum(
-        ["ReadWriteOnce", "ReadWriteMany"],
-        default_value="ReadWriteOnce",
+        list(ACCESS_MODES),
+        default_value=DEFAULT_ACCESS_MODE,
         config=True,
         help="""
         Access mode of the home volumes this hub creates: ``ReadWriteOnce`` or ``ReadWriteMany``
@@ -255,7 +158,7 @@ class ColocatingKubeSpawner(KubeSpawner):
     )
 
     colocation_label_key = Unicode(
-        "nebari.dev/colocate-user",
+        DEFAULT_LABEL_KEY,
         config=True,
         help="""
         Label put on every user pod; its value is KubeSpawner's safe slug of the username (the
@@ -267,7 +170,7 @@ class ColocatingKubeSpawner(KubeSpawner):
 
     premium_resources = List(
         Unicode(),
-        default_value=["nvidia.com/gpu", "amd.com/gpu"],
+        default_value=list(DEFAULT_PREMIUM_RESOURCES),
         config=True,
         help="""
         Extended resources that make a node "premium" (expensive): a node whose allocatable has
@@ -277,8 +180,8 @@ class ColocatingKubeSpawner(KubeSpawner):
     )
 
     premium_node_policy = CaselessStrEnum(
-        ["allow", "warn", "refuse"],
-        default_value="warn",
+        list(PREMIUM_POLICIES),
+        default_value=DEFAULT_PREMIUM_NODE_POLICY,
         config=True,
         help="""
         What to do when co-location would put a server that requests no premium resource on a
@@ -289,7 +192,7 @@ class ColocatingKubeSpawner(KubeSpawner):
     )
 
     colocation_check_timeout = Float(
-        5.0,
+        DEFAULT_CHECK_TIMEOUT,
         config=True,
         help="""
         The most seconds the pre-spawn check may wait on the Kubernetes API.  Past it the spawn
@@ -682,8 +585,7 @@ class ColocatingKubeSpawner(KubeSpawner):
             await self._acquire_colocation_lock()
             decision = await self._check(pod)
         self._colocation_decision = decision
-        requested = pod_requests(pod)
-        self._requests_premium = any(requested.get(r, 0) > 0 for r in self.premium_resources)
+        self._requests_premium = requests_any(pod, self.premium_resources)
         manifest = apply_decision(
             pod, decision, self.colocation_label_key, self.colocation_label_value
         )
@@ -703,8 +605,8 @@ class ColocatingKubeSpawner(KubeSpawner):
         names = self.server_display_names()
         for pod in self._reflector_pods() or []:
             annotations = (pod.get("metadata") or {}).get("annotations") or {}
-            if annotations.get(messages.USERNAME_ANNOTATION) == self.user.name:
-                server = annotations.get(messages.SERVERNAME_ANNOTATION, "")
+            if annotations.get(USERNAME_ANNOTATION) == self.user.name:
+                server = annotations.get(SERVERNAME_ANNOTATION, "")
                 own[pod["metadata"]["name"]] = names.get(server) or server
         return own
 

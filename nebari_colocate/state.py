@@ -16,6 +16,9 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from types import MappingProxyType
 
+from .fit import node_usage, pod_requests
+from .objects import attached_nodes, attachment_pv, is_terminal, pod_claims, spec
+
 KINDS = ("Node", "Pod", "PersistentVolumeClaim", "PersistentVolume", "VolumeAttachment")
 
 _DEFAULT = object()
@@ -89,19 +92,15 @@ class ClusterState:
         by_claim: dict[str, list[dict]] = {}
         by_node: dict[str, list[dict]] = {}
         for pod in self.pods:
-            spec = pod.get("spec") or {}
             pod_namespace = (pod.get("metadata") or {}).get("namespace") or namespace
-            for volume in spec.get("volumes") or []:
-                claim = (volume.get("persistentVolumeClaim") or {}).get("claimName")
-                if claim:
-                    entry = by_claim.setdefault(f"{pod_namespace}/{claim}", [])
-                    if not entry or entry[-1] is not pod:
-                        entry.append(pod)
-            if spec.get("nodeName"):
-                by_node.setdefault(spec["nodeName"], []).append(pod)
+            for claim in pod_claims(pod):
+                by_claim.setdefault(f"{pod_namespace}/{claim}", []).append(pod)
+            node_name = spec(pod).get("nodeName")
+            if node_name:
+                by_node.setdefault(node_name, []).append(pod)
         by_pv: dict[str, list[dict]] = {}
         for va in self.volume_attachments or ():
-            pv = ((va.get("spec") or {}).get("source") or {}).get("persistentVolumeName")
+            pv = attachment_pv(va)
             if pv:
                 by_pv.setdefault(pv, []).append(va)
         set_(self, "_by_claim", {k: tuple(v) for k, v in by_claim.items()})
@@ -168,8 +167,6 @@ class ClusterState:
 
     def requests_of(self, pod: Mapping) -> Mapping[str, int]:
         """``fit.pod_requests`` of a pod of this state, computed once per pod."""
-        from .fit import pod_requests
-
         memo = self._requests_memo
         entry = memo.get(id(pod))
         if entry is None or entry[0] is not pod:
@@ -179,8 +176,6 @@ class ClusterState:
     def node_usage(self, node_name: str, exclude: str | None = None) -> tuple[dict, int]:
         """(requests, pod count) of the non-terminal pods on a node, summed once per node;
         ``exclude`` (``namespace/name``) is a pod not to count (the one being replaced)."""
-        from .fit import is_terminal, node_usage
-
         memo = self._usage_memo
         if node_name not in memo:
             memo[node_name] = node_usage(
@@ -196,6 +191,13 @@ class ClusterState:
                     used[name] = used.get(name, 0) - value
                 count -= 1
         return used, count
+
+    def attached_nodes(self, namespace: str, claim: str) -> set[str]:
+        """Nodes the volume bound to ``claim`` is attached to (a detach may still be in
+        progress); empty when the attachments are unreadable."""
+        pvc = self.pvc(namespace, claim)
+        volume = spec(pvc).get("volumeName") if pvc is not None else None
+        return attached_nodes(self.attachments_of(volume))
 
     def pvc(self, namespace: str, name: str) -> Mapping | None:
         return self.pvcs.get(f"{namespace}/{name}")

@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import ClassVar
 
 from . import metrics
-from .placement import holds_volume, pod_claims
+from .objects import attached_nodes, attachment_pv, holds_volume, pod_claims
 from .state import ClusterState
 
 log = logging.getLogger(__name__)
@@ -424,7 +424,7 @@ def _node_keys(pod: Mapping) -> list[str]:
 
 
 def _attachment_keys(va: Mapping) -> list[str]:
-    pv = (((va.get("spec") or {}).get("source")) or {}).get("persistentVolumeName")
+    pv = attachment_pv(va)
     return [pv] if pv else []
 
 
@@ -436,11 +436,7 @@ def _candidate_nodes(claims_pods: Iterable[Mapping], attachments: Iterable[Mappi
     """Nodes a decision may pin to: of the pods holding the claims, else of attachments."""
     nodes = {(p.get("spec") or {}).get("nodeName") for p in claims_pods if holds_volume(p)}
     if not nodes - {None}:
-        nodes = {
-            (va.get("spec") or {}).get("nodeName")
-            for va in attachments
-            if (va.get("status") or {}).get("attached") is True
-        }
+        nodes = attached_nodes(attachments)
     return nodes - {None, ""}
 
 
@@ -525,11 +521,7 @@ class DirectReader:
         holders = _candidate_nodes(claimers, [])
         if volumes and (not holders or extra_claims):
             attachments = await self.attachments()
-        attachments_of = [
-            va
-            for va in attachments or []
-            if ((va.get("spec") or {}).get("source") or {}).get("persistentVolumeName") in volumes
-        ]
+        attachments_of = [va for va in attachments or [] if attachment_pv(va) in volumes]
         names = sorted(_candidate_nodes(claimers, attachments_of) | set(extra_nodes))
         nodes: dict[str, dict] | None = {}
         for name in names:

@@ -39,7 +39,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from unit.test_copy_home import independent_diff
 
 from nebari_colocate import cli, migrate
-from nebari_colocate.placement import MIGRATION_ANNOTATION
+from nebari_colocate.objects import MIGRATION_ANNOTATION
 from nebari_colocate.spawner import ColocationRefused
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"

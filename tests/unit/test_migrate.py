@@ -10,14 +10,8 @@ from pathlib import Path
 import pytest
 
 from nebari_colocate import copy_home, messages, migrate
-from nebari_colocate.placement import (
-    MIGRATION_ANNOTATION,
-    MIGRATION_SINCE_ANNOTATION,
-    REASON_CODES,
-    REFUSE,
-    Policy,
-    decide,
-)
+from nebari_colocate.objects import MIGRATION_ANNOTATION, MIGRATION_SINCE_ANNOTATION
+from nebari_colocate.placement import REASON_CODES, REFUSE, Policy, decide
 
 from .builders import NAMESPACE, pod, pvc, running, state
 

@@ -12,8 +12,8 @@ from traitlets import TraitError
 from traitlets.config import Config
 
 from nebari_colocate import ColocatingKubeSpawner
+from nebari_colocate.config import ColocationConfigError, check_config
 from nebari_colocate.helm import HelmValuesError, configure, values_to_config
-from nebari_colocate.spawner import ColocationConfigError, check_config
 
 
 @pytest.fixture(autouse=True)
