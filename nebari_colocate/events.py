@@ -34,6 +34,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
+from . import fit
 from .objects import GPU_RESOURCES, Obj
 
 WAIT, FAIL = "wait", "fail"
@@ -148,11 +149,11 @@ FRAGMENT_SINGLE_POD_VOLUME = "single-pod-volume"
 FRAGMENT_PINNED_ELSEWHERE = "pinned-elsewhere"
 FRAGMENT_ANTI_AFFINITY = "anti-affinity"
 FRAGMENT_POD_AFFINITY = "pod-affinity"
-FRAGMENT_NODE_SELECTOR = "node-selector"
-FRAGMENT_TAINT = "taint"
+FRAGMENT_NODE_SELECTOR = fit.NODE_SELECTOR
+FRAGMENT_TAINT = fit.TAINT
 FRAGMENT_CORDONED = "cordoned"
-FRAGMENT_TOO_MANY_PODS = "too-many-pods"
-FRAGMENT_VOLUME_NODE_AFFINITY = "volume-node-affinity"
+FRAGMENT_TOO_MANY_PODS = fit.TOO_MANY_PODS
+FRAGMENT_VOLUME_NODE_AFFINITY = fit.VOLUME_NODE_AFFINITY
 FRAGMENT_PORTS = "ports"
 FRAGMENT_SPREAD = "topology-spread"
 FRAGMENT_VOLUME_COUNT = "volume-count"
@@ -192,11 +193,11 @@ _FRAGMENT_CAUSES: tuple[tuple[str, str], ...] = (
 KARPENTER_SEPARATOR = "; "
 KARPENTER_COLOCATION = "colocation"  # the pod's required pod affinity: no new node holds them
 KARPENTER_ANTI_AFFINITY = "anti-affinity"
-KARPENTER_SPREAD = "topology-spread"
+KARPENTER_SPREAD = FRAGMENT_SPREAD
 KARPENTER_LIMITS = "limits"
 KARPENTER_NO_INSTANCE_TYPE = "no-instance-type"
 KARPENTER_REQUIREMENTS = "requirements"
-KARPENTER_TAINT = "taint"
+KARPENTER_TAINT = fit.TAINT
 _KARPENTER_CAUSES: tuple[tuple[str, str], ...] = (
     ("unsatisfiable topology constraint for pod affinity", KARPENTER_COLOCATION),
     ("unsatisfiable topology constraint for pod anti-affinity", KARPENTER_ANTI_AFFINITY),

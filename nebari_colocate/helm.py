@@ -111,7 +111,7 @@ def configure(
     Returns the trait values that were set.
     """
     get_config = get_config or _z2jh_get_config()
-    settings = helm_settings(c, get_config)
+    settings = helm_settings(c, get_config, section)
     label_key = settings.get("colocation_label_key") or _configured(
         c, "colocation_label_key", DEFAULT_LABEL_KEY
     )
