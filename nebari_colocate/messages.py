@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import html
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from datetime import datetime, timezone
 from typing import Any, NamedTuple
 
 from . import events, faults, fit
@@ -409,6 +410,20 @@ def api_fault_operator_line(
         f"colocate api-fault={fault} user={username!r} server={server_name!r} "
         f"pod={pod_name} error={type(exc).__name__}: {error}"
     )
+
+
+def late_pod_delete_line(pod_name: str, created: object, started: float) -> str:
+    """The hub-log line of deleting a pod the API created after its spawn had failed."""
+    since = datetime.fromtimestamp(started, timezone.utc).isoformat()
+    return (
+        f"colocate: deleting pod {pod_name} of a spawn the API failed (created at {created}, "
+        f"after the spawn that started at {since} gave up)"
+    )
+
+
+def late_pod_delete_failed_line(pod_name: str, exc: BaseException) -> str:
+    """The hub-log line of a failed delete of such a pod (it is retried)."""
+    return f"colocate: delete of {pod_name} failed ({exc}); retrying"
 
 
 # --------------------------------------------------------------------------------------------------

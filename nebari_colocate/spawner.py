@@ -69,7 +69,7 @@ from .locks import UserLocks
 from .objects import SERVERNAME_ANNOTATION, USERNAME_ANNOTATION, JsonDict
 from .placement import REFUSE, SKIP, Decision, Policy, decide, safe_side
 from .state import ClusterState
-from .view import ClusterView, DirectReader, ViewNotLive, admitted_pod
+from .view import ClusterView, DirectReader, ViewNotLive, admitted_pod, sweep_late_pod
 
 __all__ = ["JUPYTERHUB_MAJOR", "ColocatingKubeSpawner", "ColocationRefused", "KubernetesApiFault"]
 
@@ -623,60 +623,16 @@ class ColocatingKubeSpawner(KubeSpawner):  # type: ignore[misc]  # KubeSpawner s
         self._api_fault_sweep = None
 
     async def _sweep_after_api_fault(self, pod_name: str, started: float) -> None:
-        """Delete the pod of a spawn the API failed, if it appears: requests sent to a stalled API
-        server are carried out when it resumes, after the spawn (and JupyterHub's cleanup) gave
-        up.  Only a pod created before the spawn ended is deleted; a new start of this server
-        cancels the sweep.  Ends once the API answered "not found" twice, 5 s apart."""
-        from kubernetes_asyncio.client import V1DeleteOptions, V1Preconditions
-        from kubernetes_asyncio.client.exceptions import ApiException
-
-        ended = time.time()
-        deadline = time.monotonic() + self.api_fault_sweep_seconds
-        delay, absent_since = 1.0, None
-        while time.monotonic() < deadline:
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 10.0)
-            try:
-                pod = await asyncio.wait_for(
-                    self.api.read_namespaced_pod(pod_name, self.namespace),
-                    self.k8s_api_request_timeout,
-                )
-            except ApiException as exc:
-                if exc.status != 404:
-                    continue
-                now = time.monotonic()
-                absent_since = absent_since or now
-                if now - absent_since >= 5:
-                    return
-                delay = 2.5
-                continue
-            except Exception:  # the API is still down: keep trying until the deadline
-                continue
-            absent_since = None
-            created = pod.metadata.creation_timestamp
-            if created is not None and created.timestamp() > ended + 1:
-                return  # a pod of a later spawn: not ours to delete
-            self.log.warning(
-                "colocate: deleting pod %s of a spawn the API failed (created at %s, after the "
-                "spawn that started at %s gave up)",
-                pod_name,
-                created,
-                datetime.fromtimestamp(started, timezone.utc).isoformat(),
-            )
-            try:
-                await asyncio.wait_for(
-                    self.api.delete_namespaced_pod(
-                        pod_name,
-                        self.namespace,
-                        body=V1DeleteOptions(
-                            grace_period_seconds=self.delete_grace_period,
-                            preconditions=V1Preconditions(uid=pod.metadata.uid),
-                        ),
-                    ),
-                    self.k8s_api_request_timeout,
-                )
-            except Exception as exc:
-                self.log.info("colocate: delete of %s failed (%s); retrying", pod_name, exc)
+        await sweep_late_pod(
+            self.api,
+            self.namespace,
+            pod_name,
+            started=started,
+            seconds=self.api_fault_sweep_seconds,
+            request_timeout=self.k8s_api_request_timeout,
+            grace_period=self.delete_grace_period,
+            log=self.log,
+        )
 
     async def _start_failing_fast(self) -> Any:
         self._event_verdict = None

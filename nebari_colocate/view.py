@@ -31,7 +31,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, ClassVar, TypeVar
 
-from . import metrics
+from . import messages, metrics
 from .objects import JsonDict, Obj, attached_nodes, attachment_pv, holds_volume, pod_claims
 from .state import ClusterState
 
@@ -912,3 +912,64 @@ async def admitted_pod(api_client: Any, namespace: str, pod: Obj) -> JsonDict:
     if name:
         answer_meta["name"] = name
     return answer
+
+
+async def sweep_late_pod(
+    core: Any,
+    namespace: str,
+    pod_name: str,
+    *,
+    started: float,
+    seconds: float,
+    request_timeout: float,
+    grace_period: int | None,
+    log: logging.Logger | logging.LoggerAdapter[Any],
+) -> None:
+    """Delete the pod of a spawn the API failed, if it appears: requests sent to a stalled API
+    server are carried out when it resumes, after the spawn (and JupyterHub's cleanup) gave up
+    (docs/failure-modes.md).  Only a pod created before the spawn ended is deleted; the caller
+    cancels the sweep when this server starts again.  Ends once the API answered "not found"
+    twice, 5 s apart, or after ``seconds``.  ``core`` is KubeSpawner's CoreV1Api client."""
+    from kubernetes_asyncio.client import V1DeleteOptions, V1Preconditions
+    from kubernetes_asyncio.client.exceptions import ApiException
+
+    ended = time.time()
+    deadline = time.monotonic() + seconds
+    delay, absent_since = 1.0, None
+    while time.monotonic() < deadline:
+        await asyncio.sleep(delay)
+        delay = min(delay * 2, 10.0)
+        try:
+            pod = await asyncio.wait_for(
+                core.read_namespaced_pod(pod_name, namespace), request_timeout
+            )
+        except ApiException as exc:
+            if exc.status != 404:
+                continue
+            now = time.monotonic()
+            absent_since = absent_since or now
+            if now - absent_since >= 5:
+                return
+            delay = 2.5
+            continue
+        except Exception:  # the API is still down: keep trying until the deadline
+            continue
+        absent_since = None
+        created = pod.metadata.creation_timestamp
+        if created is not None and created.timestamp() > ended + 1:
+            return  # a pod of a later spawn: not ours to delete
+        log.warning(messages.late_pod_delete_line(pod_name, created, started))
+        try:
+            await asyncio.wait_for(
+                core.delete_namespaced_pod(
+                    pod_name,
+                    namespace,
+                    body=V1DeleteOptions(
+                        grace_period_seconds=grace_period,
+                        preconditions=V1Preconditions(uid=pod.metadata.uid),
+                    ),
+                ),
+                request_timeout,
+            )
+        except Exception as exc:
+            log.info(messages.late_pod_delete_failed_line(pod_name, exc))
