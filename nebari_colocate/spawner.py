@@ -631,7 +631,12 @@ class ColocatingKubeSpawner(KubeSpawner):  # type: ignore[misc]  # KubeSpawner s
             seconds=self.api_fault_sweep_seconds,
             request_timeout=self.k8s_api_request_timeout,
             grace_period=self.delete_grace_period,
-            log=self.log,
+            deleting=lambda created: self.log.warning(
+                messages.late_pod_delete_line(pod_name, created, started)
+            ),
+            delete_failed=lambda exc: self.log.info(
+                messages.late_pod_delete_failed_line(pod_name, exc)
+            ),
         )
 
     async def _start_failing_fast(self) -> Any:

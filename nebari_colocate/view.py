@@ -31,7 +31,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, ClassVar, TypeVar
 
-from . import messages, metrics
+from . import metrics
 from .objects import JsonDict, Obj, attached_nodes, attachment_pv, holds_volume, pod_claims
 from .state import ClusterState
 
@@ -923,13 +923,15 @@ async def sweep_late_pod(
     seconds: float,
     request_timeout: float,
     grace_period: int | None,
-    log: logging.Logger | logging.LoggerAdapter[Any],
+    deleting: Callable[[Any], None],
+    delete_failed: Callable[[BaseException], None],
 ) -> None:
     """Delete the pod of a spawn the API failed, if it appears: requests sent to a stalled API
     server are carried out when it resumes, after the spawn (and JupyterHub's cleanup) gave up
     (docs/failure-modes.md).  Only a pod created before the spawn ended is deleted; the caller
     cancels the sweep when this server starts again.  Ends once the API answered "not found"
-    twice, 5 s apart, or after ``seconds``.  ``core`` is KubeSpawner's CoreV1Api client."""
+    twice, 5 s apart, or after ``seconds``.  ``core`` is KubeSpawner's CoreV1Api client;
+    ``deleting(created)`` is called before a delete, ``delete_failed(exc)`` when one fails."""
     from kubernetes_asyncio.client import V1DeleteOptions, V1Preconditions
     from kubernetes_asyncio.client.exceptions import ApiException
 
@@ -958,7 +960,7 @@ async def sweep_late_pod(
         created = pod.metadata.creation_timestamp
         if created is not None and created.timestamp() > ended + 1:
             return  # a pod of a later spawn: not ours to delete
-        log.warning(messages.late_pod_delete_line(pod_name, created, started))
+        deleting(created)
         try:
             await asyncio.wait_for(
                 core.delete_namespaced_pod(
@@ -972,4 +974,4 @@ async def sweep_late_pod(
                 request_timeout,
             )
         except Exception as exc:
-            log.info(messages.late_pod_delete_failed_line(pod_name, exc))
+            delete_failed(exc)
