@@ -701,7 +701,10 @@ async def _migrate_run(
         return {"namespace": namespace, "moves": await mover.status(claims)}, 0
     if command == "rollback":
         results = [await mover.rollback(c) for c in claims or ()]
-        bad = any(r["outcome"] not in ("rolled-back", "nothing-to-roll-back") for r in results)
+        bad = any(
+            r["outcome"] not in (migrate.OUT_ROLLED_BACK, migrate.OUT_NOTHING_TO_ROLL_BACK)
+            for r in results
+        )
         return {"namespace": namespace, "results": results}, 1 if bad else 0
     # apply
     home_of = {h.claim: h for h in await mover.homes()}
@@ -727,7 +730,9 @@ async def _migrate_run(
             results.append(
                 {
                     **row,
-                    "outcome": "would-move" if migrate.movable(row) else "skipped",
+                    "outcome": migrate.OUT_WOULD_MOVE
+                    if migrate.movable(row)
+                    else migrate.OUT_SKIPPED,
                     "reason": row["action"],
                     "plan": messages.migrate_action(row),
                 }
@@ -737,8 +742,8 @@ async def _migrate_run(
     # A named home that could not move (its servers run, it is not bound) is a stop; one that
     # is already ReadWriteMany is not.
     bad = any(
-        r["outcome"] not in ("done", "already-done", "skipped")
-        or (r["outcome"] == "skipped" and r.get("reason") != migrate.SKIP_RWX)
+        r["outcome"] not in (migrate.OUT_DONE, migrate.OUT_ALREADY_DONE, migrate.OUT_SKIPPED)
+        or (r["outcome"] == migrate.OUT_SKIPPED and r.get("reason") != migrate.SKIP_RWX)
         for r in results
     )
     return {"namespace": namespace, "dry_run": False, "results": results, "notes": notes}, (

@@ -93,7 +93,7 @@ FAILED = "failed"
 STEPS = (RETAINED, COPYING, COPIED, SWAPPING, DONE)
 
 #: plan actions (codes; messages.py has the words)
-MOVE, SKIP_RWX, WAIT_SERVERS, RESUME, FINISHED, RETRY, NOT_BOUND, NO_VOLUME = (
+MOVE, SKIP_RWX, WAIT_SERVERS, RESUME, FINISHED, RETRY, NOT_BOUND, NO_VOLUME = ACTIONS = (
     "move",
     "already-rwx",
     "servers-running",
@@ -102,6 +102,29 @@ MOVE, SKIP_RWX, WAIT_SERVERS, RESUME, FINISHED, RETRY, NOT_BOUND, NO_VOLUME = (
     "retry",
     "not-bound",
     "no-volume",
+)
+
+#: outcomes of ``apply`` and ``rollback`` per claim (codes; messages.py has the words)
+(
+    OUT_DONE,
+    OUT_ALREADY_DONE,
+    OUT_BLOCKED,
+    OUT_FAILED,
+    OUT_SKIPPED,
+    OUT_ERROR,
+    OUT_ROLLED_BACK,
+    OUT_NOTHING_TO_ROLL_BACK,
+    OUT_WOULD_MOVE,
+) = OUTCOMES = (
+    "done",
+    "already-done",
+    "blocked",
+    "failed",
+    "skipped",
+    "error",
+    "rolled-back",
+    "nothing-to-roll-back",
+    "would-move",
 )
 
 #: the points between steps where ``apply`` may be interrupted and resumed (tests inject here)
@@ -728,7 +751,7 @@ class Mover:
         if step == DONE:
             return {
                 **outcome,
-                "outcome": "already-done",
+                "outcome": OUT_ALREADY_DONE,
                 "new_volume": _annotations(home.old_pv).get(TARGET_KEY),
             }
         if step is None:
@@ -736,16 +759,16 @@ class Mover:
             if row["action"] != MOVE:
                 return {
                     **outcome,
-                    "outcome": "skipped",
+                    "outcome": OUT_SKIPPED,
                     "reason": row["action"],
                     "running": row["running"],
                 }
         if step in (None, FAILED, RETAINED, COPYING, COPIED) and home.pods:
-            await self._abandon(home, "servers-running")
+            await self._abandon(home, WAIT_SERVERS)
             return {
                 **outcome,
-                "outcome": "blocked",
-                "reason": "servers-running",
+                "outcome": OUT_BLOCKED,
+                "reason": WAIT_SERVERS,
                 "running": server_names(home.pods),
             }
 
@@ -755,15 +778,15 @@ class Mover:
                 return {**outcome, **result}
             home = await self.home(claim)
         if home.step == COPIED and home.pods:
-            await self._abandon(home, "servers-running")
+            await self._abandon(home, WAIT_SERVERS)
             return {
                 **outcome,
-                "outcome": "blocked",
-                "reason": "servers-running",
+                "outcome": OUT_BLOCKED,
+                "reason": WAIT_SERVERS,
                 "running": server_names(home.pods),
             }
         new_pv = await self._swap(home)
-        return {**outcome, "outcome": "done", "new_volume": new_pv}
+        return {**outcome, "outcome": OUT_DONE, "new_volume": new_pv}
 
     async def _abandon(self, home: Home, problem: str) -> None:
         """A server uses the home: the copy (if any) may be stale.  Unmark the claim so the user
@@ -825,10 +848,10 @@ class Mover:
             home.pods = running
             home.old_pv = await self.pv(old_name)
             home.copy_pod = await self.pod(temporary_name(claim))
-            await self._abandon(home, "servers-running")
+            await self._abandon(home, WAIT_SERVERS)
             return {
-                "outcome": "blocked",
-                "reason": "servers-running",
+                "outcome": OUT_BLOCKED,
+                "reason": WAIT_SERVERS,
                 "running": server_names(running),
             }
 
@@ -874,12 +897,12 @@ class Mover:
             )
         await self.checkpoint(claim, "copy-started")
         summary = await self._wait_copy(claim, tmp_name)
-        if summary.get("result") == "servers-running":
+        if summary.get("result") == WAIT_SERVERS:
             home = await self.home(claim)
-            await self._abandon(home, "servers-running")
+            await self._abandon(home, WAIT_SERVERS)
             return {
-                "outcome": "blocked",
-                "reason": "servers-running",
+                "outcome": OUT_BLOCKED,
+                "reason": WAIT_SERVERS,
                 "running": summary["running"],
             }
         record = json.dumps(
@@ -903,7 +926,7 @@ class Mover:
                 claim, {MIGRATION_ANNOTATION: None, MIGRATION_SINCE_ANNOTATION: None}
             )
             return {
-                "outcome": "failed",
+                "outcome": OUT_FAILED,
                 "reason": f"copy-{summary.get('result')}",
                 "problems": summary.get("problems") or [],
             }
@@ -935,7 +958,7 @@ class Mover:
                 return summary
             running = holders(await self.pods(), claim)
             if running:
-                return {"result": "servers-running", "running": server_names(running)}
+                return {"result": WAIT_SERVERS, "running": server_names(running)}
             if not _spec(pod).get("nodeName") and time.monotonic() > unplaced_deadline:
                 why = [
                     c.get("message") or c.get("reason") or ""
@@ -1123,14 +1146,14 @@ class Mover:
         old_name: str | None = _meta(home.old_pv).get("name")
         outcome = {"claim": claim, "user": home.user, "old_volume": old_name}
         if step is None:
-            return {**outcome, "outcome": "nothing-to-roll-back"}
+            return {**outcome, "outcome": OUT_NOTHING_TO_ROLL_BACK}
         # a step is read from the old volume's annotations: that volume, and its name, exist
         assert old_name is not None
         if home.pods:
             return {
                 **outcome,
-                "outcome": "blocked",
-                "reason": "servers-running",
+                "outcome": OUT_BLOCKED,
+                "reason": WAIT_SERVERS,
                 "running": server_names(home.pods),
             }
         tmp_name = temporary_name(claim)
@@ -1215,7 +1238,7 @@ class Mover:
         await self._annotate_pvc(
             claim, {MIGRATION_ANNOTATION: None, MIGRATION_SINCE_ANNOTATION: None, FROM_KEY: None}
         )
-        return {**outcome, "outcome": "rolled-back", "kept_volume": kept}
+        return {**outcome, "outcome": OUT_ROLLED_BACK, "kept_volume": kept}
 
     # -- status ---------------------------------------------------------------------------------
 
@@ -1275,6 +1298,6 @@ async def apply_many(mover: Mover, claims: list[str], concurrency: int) -> list[
             try:
                 return await mover.apply(claim)
             except MigrateError as exc:
-                return {"claim": claim, "outcome": "error", "reason": str(exc)}
+                return {"claim": claim, "outcome": OUT_ERROR, "reason": str(exc)}
 
     return list(await asyncio.gather(*(one(c) for c in claims)))
