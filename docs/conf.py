@@ -16,6 +16,7 @@ version = ".".join(release.split(".")[:2])
 
 extensions = [
     "sphinx.ext.autodoc",
+    "sphinx.ext.intersphinx",
     "autodoc_traits",
     "myst_parser",
 ]
@@ -28,6 +29,19 @@ myst_enable_extensions = ["colon_fence", "deflist"]
 myst_heading_anchors = 3
 
 autodoc_member_order = "bysource"
+
+# Links into JupyterHub's, KubeSpawner's and traitlets' documentation. The build is part of the
+# test command, which reaches nothing but package registries, so intersphinx reads inventories
+# kept in docs/_inventories/ (written from the installed packages by scripts/make-inventories.py)
+# and never fetches objects.inv; the links still point at the published sites.
+intersphinx_mapping = {
+    "jupyterhub": ("https://jupyterhub.readthedocs.io/en/stable/", "_inventories/jupyterhub.inv"),
+    "kubespawner": (
+        "https://jupyterhub-kubespawner.readthedocs.io/en/latest/",
+        "_inventories/kubespawner.inv",
+    ),
+    "traitlets": ("https://traitlets.readthedocs.io/en/stable/", "_inventories/traitlets.inv"),
+}
 
 html_theme = "pydata_sphinx_theme"
 html_title = f"nebari-colocate {release}"

@@ -16,13 +16,13 @@ co-location needed (``skip``) such a term is dropped.
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
-from .objects import HOSTNAME
+from .objects import HOSTNAME, JsonDict, Obj
 from .placement import COLOCATE, SKIP, Decision
 
 
-def colocation_term(label_key: str, label_value: str) -> dict:
+def colocation_term(label_key: str, label_value: str) -> JsonDict:
     """The required pod affinity term that keeps a user's pods on one node."""
     return {
         "labelSelector": {"matchLabels": {label_key: label_value}},
@@ -30,11 +30,11 @@ def colocation_term(label_key: str, label_value: str) -> dict:
     }
 
 
-def node_pin(node_name: str) -> dict:
+def node_pin(node_name: str) -> JsonDict:
     return {"key": "metadata.name", "operator": "In", "values": [node_name]}
 
 
-def selects_on(term: Mapping, label_key: str) -> bool:
+def selects_on(term: object, label_key: str) -> bool:
     """Does a pod-affinity term's labelSelector select on ``label_key``?"""
     selector = term.get("labelSelector") if isinstance(term, Mapping) else None
     if not isinstance(selector, Mapping):
@@ -47,14 +47,16 @@ def selects_on(term: Mapping, label_key: str) -> bool:
     )
 
 
-def _drop_terms_on(affinity: dict, label_key: str) -> None:
+def drop_pod_affinity_terms(affinity: JsonDict, drop: Callable[[object], bool]) -> bool:
+    """Take the required pod-affinity terms ``drop`` picks out of ``affinity`` (in place; a
+    podAffinity left empty goes too); returns whether any was taken out."""
     pod_affinity = affinity.get("podAffinity")
     if not isinstance(pod_affinity, Mapping):
-        return
-    required = pod_affinity.get("requiredDuringSchedulingIgnoredDuringExecution") or []
-    kept = [t for t in required if not selects_on(t, label_key)]
+        return False
+    required = list(pod_affinity.get("requiredDuringSchedulingIgnoredDuringExecution") or [])
+    kept = [t for t in required if not drop(t)]
     if len(kept) == len(required):
-        return
+        return False
     pod_affinity = dict(pod_affinity)
     if kept:
         pod_affinity["requiredDuringSchedulingIgnoredDuringExecution"] = kept
@@ -64,9 +66,10 @@ def _drop_terms_on(affinity: dict, label_key: str) -> None:
         affinity["podAffinity"] = pod_affinity
     else:
         affinity.pop("podAffinity", None)
+    return True
 
 
-def apply_decision(pod: Mapping, decision: Decision, label_key: str, label_value: str) -> dict:
+def apply_decision(pod: Obj, decision: Decision, label_key: str, label_value: str) -> JsonDict:
     """A copy of ``pod`` labelled for co-location, with the affinity the decision calls for.
 
     Every user pod gets the label (so later pods can find it); only ``colocate`` adds affinity.
@@ -81,7 +84,7 @@ def apply_decision(pod: Mapping, decision: Decision, label_key: str, label_value
     spec = manifest.setdefault("spec", {})
     if isinstance(spec.get("affinity"), Mapping):
         spec["affinity"] = dict(spec["affinity"])
-        _drop_terms_on(spec["affinity"], label_key)
+        drop_pod_affinity_terms(spec["affinity"], lambda t: selects_on(t, label_key))
         if not spec["affinity"]:
             del spec["affinity"]
     if decision.verdict != COLOCATE:

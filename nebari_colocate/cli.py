@@ -1,6 +1,6 @@
 """The ``nebari-colocate`` command.
 
-``simulate`` decides offline from a cluster dump (DESIGN section 8: its JSON fields, reason codes
+``simulate`` decides offline from a cluster dump (``docs/cli.md``: its JSON fields, reason codes
 and exit codes are a contract other tools read; extend, never rename).
 
 ``explain`` and ``audit`` read the live cluster through the current kubeconfig (``--kubeconfig``,
@@ -15,10 +15,11 @@ import asyncio
 import json
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
+from typing import Any, NoReturn
 
-from . import __version__, messages, report, validate, view
+from . import __version__, messages, migrate, report, validate, view
 from .config import (
     ACCESS_MODES,
     DEFAULT_ACCESS_MODE,
@@ -31,6 +32,8 @@ from .objects import (
     SERVERNAME_ANNOTATION,
     USERNAME_ANNOTATION,
     USERNAME_LABEL,
+    JsonDict,
+    Obj,
     labels_of,
     meta,
     pod_server,
@@ -49,7 +52,7 @@ class ClusterError(Exception):
     """The cluster could not be read (kubeconfig, network, permissions): exit status 2."""
 
 
-def _caseless(choices: Sequence[str], what: str):
+def _caseless(choices: Sequence[str], what: str) -> Callable[[str], str]:
     def convert(value: str) -> str:
         choice = caseless_choice(value, choices)
         if choice is None:
@@ -62,7 +65,7 @@ def _caseless(choices: Sequence[str], what: str):
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):  # one line, status 2, like every other bad input
+    def error(self, message: str) -> NoReturn:  # one line, status 2, like any other bad input
         self.exit(2, f"{self.prog}: error: {message}\n")
 
 
@@ -200,7 +203,7 @@ def _live_options(
     parser.add_argument("--json", action="store_true", help="print one JSON object")
 
 
-def load_pod(path: str) -> dict:
+def load_pod(path: str) -> JsonDict:
     """The one Pod of a manifest file, validated as the API would (invalid input whatever the
     verdict, not only when a fit check happens to read the bad field)."""
     objects = read_yaml(path)
@@ -269,14 +272,14 @@ def _one_line(exc: BaseException) -> str:
 class Connection:
     """An ApiClient, the namespace the credentials default to, and the server's address."""
 
-    def __init__(self, api_client, namespace: str | None, server: str, source: str):
+    def __init__(self, api_client: Any, namespace: str | None, server: str, source: str) -> None:
         self.api_client = api_client
         self.namespace = namespace
         self.server = server
         self.source = source
 
 
-def kubeconfig_paths(option: str | None, environ) -> str:
+def kubeconfig_paths(option: str | None, environ: Mapping[str, str]) -> str:
     """``--kubeconfig``, else ``$KUBECONFIG`` (a list, as kubectl reads it), else the default.
 
     Read from the environment at call time: kubernetes_asyncio reads ``$KUBECONFIG`` once, at
@@ -285,7 +288,9 @@ def kubeconfig_paths(option: str | None, environ) -> str:
     return option or environ.get("KUBECONFIG") or str(Path.home() / ".kube" / "config")
 
 
-async def connect(kubeconfig: str | None, context: str | None, environ=None) -> Connection:
+async def connect(
+    kubeconfig: str | None, context: str | None, environ: Mapping[str, str] | None = None
+) -> Connection:
     """An API client from the kubeconfig; inside a pod without one, from its service account."""
     from kubernetes_asyncio import client, config
     from kubernetes_asyncio.config.incluster_config import InClusterConfigLoader
@@ -312,7 +317,7 @@ async def connect(kubeconfig: str | None, context: str | None, environ=None) -> 
             InClusterConfigLoader(
                 token_filename=str(SERVICE_ACCOUNT_DIR / "token"),
                 cert_filename=str(SERVICE_ACCOUNT_DIR / "ca.crt"),
-                environ=environ,
+                environ=dict(environ),
             ).load_and_set(configuration)
         except Exception as exc:
             raise ClusterError(
@@ -363,7 +368,7 @@ _ATTACHMENTS_COST = "a volume still attached to a node after its last server sto
 _PVS_COST = "a volume's node affinity is not checked"
 
 
-def _denied_notes(denied, nodes_cost: str) -> list[str]:
+def _denied_notes(denied: Iterable[tuple[str, str]], nodes_cost: str) -> list[str]:
     """One note per read RBAC refused: what it costs and which file grants it."""
     costs = {
         view.NODES_GET: nodes_cost,
@@ -378,7 +383,7 @@ def _denied_notes(denied, nodes_cost: str) -> list[str]:
     ]
 
 
-async def _read_namespace(reader) -> None:
+async def _read_namespace(reader: view.DirectReader) -> None:
     """The namespace's pods and claims: without them neither command can say anything."""
     try:
         await reader.read_namespace()
@@ -394,7 +399,13 @@ async def _read_namespace(reader) -> None:
 # explain
 
 
-def _judged_pod(args, namespace: str, label: str, own: list[dict], pvcs) -> tuple:
+def _judged_pod(
+    args: argparse.Namespace,
+    namespace: str,
+    label: str,
+    own: Sequence[Obj],
+    pvcs: Mapping[str, Obj],
+) -> tuple[JsonDict, str, str]:
     """(pod, server name, source) for the server ``explain`` judges."""
     if args.pod:
         pod = load_pod(args.pod)
@@ -409,7 +420,7 @@ def _judged_pod(args, namespace: str, label: str, own: list[dict], pvcs) -> tupl
         meta["labels"] = {**(meta.get("labels") or {}), USERNAME_LABEL: label}
         meta["namespace"] = namespace
         if not meta.get("name"):
-            running = [p for p in own if report.pod_server(p) == server]
+            running = [p for p in own if pod_server(p) == server]
             meta["name"] = running[0]["metadata"]["name"] if running else report.EXPLAIN_POD_NAME
         return pod, server, args.pod
     server = args.server or ""
@@ -418,7 +429,7 @@ def _judged_pod(args, namespace: str, label: str, own: list[dict], pvcs) -> tupl
     return pod, server, "minimal"
 
 
-async def _explain(conn: Connection, args) -> dict:
+async def _explain(conn: Connection, args: argparse.Namespace) -> JsonDict:
     from kubespawner.slugs import is_valid_label, safe_slug
 
     namespace = args.namespace or conn.namespace or "default"
@@ -435,7 +446,7 @@ async def _explain(conn: Connection, args) -> dict:
         premium_resources=tuple(args.premium_resources),
         premium_node_policy=args.premium_node_policy,
     )
-    own_nodes = {spec(p).get("nodeName") for p in own} - {None, ""}
+    own_nodes = {node for p in own if (node := spec(p).get("nodeName"))}
     try:
         state = await reader.state_for(
             pod,
@@ -472,7 +483,7 @@ async def _explain(conn: Connection, args) -> dict:
 # audit
 
 
-async def _audit(conn: Connection, args) -> dict:
+async def _audit(conn: Connection, args: argparse.Namespace) -> JsonDict:
     namespace = args.namespace or conn.namespace or "default"
     reader = view.DirectReader(conn.api_client, namespace)
     await _read_namespace(reader)
@@ -496,7 +507,7 @@ async def _audit(conn: Connection, args) -> dict:
         raise StateError(f"malformed object in namespace {namespace}: {exc}") from None
 
 
-async def _live(args) -> int:
+async def _live(args: argparse.Namespace) -> int:
     import aiohttp
 
     if args.command == "explain" and args.pod:
@@ -529,7 +540,7 @@ async def _live(args) -> int:
 # migrate (the move itself is nebari_colocate.migrate; docs/migrate.md)
 
 
-def _add_migrate(sub) -> None:
+def _add_migrate(sub: argparse._SubParsersAction[_Parser]) -> None:
     mig = sub.add_parser(
         "migrate",
         help="move home claims from ReadWriteOnce to ReadWriteMany storage, resumably",
@@ -614,10 +625,8 @@ def _positive_int(value: str) -> int:
     return number
 
 
-async def _migrate(args) -> int:
+async def _migrate(args: argparse.Namespace) -> int:
     import aiohttp
-
-    from . import migrate
 
     if args.migrate_command == "apply" and not args.users and not args.all:
         raise UsageError("migrate apply: name the users to move, or pass --all")
@@ -666,9 +675,9 @@ MIGRATE_RBAC_HINT = (
 )
 
 
-async def _migrate_run(mover, args, namespace: str, storage_class) -> tuple[dict, int]:
-    from . import migrate
-
+async def _migrate_run(
+    mover: migrate.Mover, args: argparse.Namespace, namespace: str, storage_class: str | None
+) -> tuple[JsonDict, int]:
     command = args.migrate_command
     claims = await mover.resolve(args.users) if args.users else None
     if command == "plan":
@@ -691,15 +700,18 @@ async def _migrate_run(mover, args, namespace: str, storage_class) -> tuple[dict
     if command == "status":
         return {"namespace": namespace, "moves": await mover.status(claims)}, 0
     if command == "rollback":
-        results = [await mover.rollback(c) for c in claims]
-        bad = any(r["outcome"] not in ("rolled-back", "nothing-to-roll-back") for r in results)
+        results = [await mover.rollback(c) for c in claims or ()]
+        bad = any(
+            r["outcome"] not in (migrate.OUT_ROLLED_BACK, migrate.OUT_NOTHING_TO_ROLL_BACK)
+            for r in results
+        )
         return {"namespace": namespace, "results": results}, 1 if bad else 0
     # apply
-    homes = {h.claim: h for h in await mover.homes()}
+    home_of = {h.claim: h for h in await mover.homes()}
     if claims is None:
         claims = [
             c
-            for c, h in sorted(homes.items())
+            for c, h in sorted(home_of.items())
             if migrate.plan_row(h, storage_class)["action"]
             in (migrate.MOVE, migrate.RESUME, migrate.RETRY)
         ]
@@ -707,18 +719,20 @@ async def _migrate_run(mover, args, namespace: str, storage_class) -> tuple[dict
     fresh = [
         c
         for c in claims
-        if migrate.plan_row(homes[c], storage_class)["action"] in (migrate.MOVE, migrate.RETRY)
+        if migrate.plan_row(home_of[c], storage_class)["action"] in (migrate.MOVE, migrate.RETRY)
     ]
     if fresh:  # a move that is done or under way keeps the class it started with
         notes = await mover.check_storage_class()
     if args.dry_run:
         results = []
         for claim in claims:
-            row = migrate.plan_row(homes[claim], storage_class)
+            row = migrate.plan_row(home_of[claim], storage_class)
             results.append(
                 {
                     **row,
-                    "outcome": "would-move" if migrate.movable(row) else "skipped",
+                    "outcome": migrate.OUT_WOULD_MOVE
+                    if migrate.movable(row)
+                    else migrate.OUT_SKIPPED,
                     "reason": row["action"],
                     "plan": messages.migrate_action(row),
                 }
@@ -728,8 +742,8 @@ async def _migrate_run(mover, args, namespace: str, storage_class) -> tuple[dict
     # A named home that could not move (its servers run, it is not bound) is a stop; one that
     # is already ReadWriteMany is not.
     bad = any(
-        r["outcome"] not in ("done", "already-done", "skipped")
-        or (r["outcome"] == "skipped" and r.get("reason") != migrate.SKIP_RWX)
+        r["outcome"] not in (migrate.OUT_DONE, migrate.OUT_ALREADY_DONE, migrate.OUT_SKIPPED)
+        or (r["outcome"] == migrate.OUT_SKIPPED and r.get("reason") != migrate.SKIP_RWX)
         for r in results
     )
     return {"namespace": namespace, "dry_run": False, "results": results, "notes": notes}, (

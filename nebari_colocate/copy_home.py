@@ -34,6 +34,18 @@ import json
 import os
 import stat
 import sys
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # names for annotations only: the copy pod's Python may be as old as 3.8
+    from collections.abc import Callable, Iterator, Sequence
+
+    #: a manifest entry: the values of FIELDS, in that order
+    Entry = tuple[Any, ...]
+    #: relative path -> entry
+    Manifest = dict[bytes, Entry]
+    #: sorted (name, sha256 of the value) of extended attributes
+    Xattrs = tuple[tuple[str, str], ...]
+    Inode = tuple[int, int]
 
 VERIFIED, MISMATCH, CHANGED, ERROR = "verified", "mismatch", "changed", "error"
 EXIT = {VERIFIED: 0, ERROR: 1, MISMATCH: 3, CHANGED: 4}
@@ -46,8 +58,8 @@ MAX_PROBLEMS = 20
 
 #: hooks for tests: called with (relative path) after a file's content was copied, and with
 #: (relative path, chunk index) after each chunk read
-after_file = None
-after_chunk = None
+after_file: Callable[[bytes], None] | None = None
+after_chunk: Callable[[bytes, int], None] | None = None
 
 
 class CopyError(Exception):
@@ -82,7 +94,7 @@ def _kind(mode: int) -> str:
     return "?"
 
 
-def _xattrs(path, follow: bool = False) -> tuple:
+def _xattrs(path: bytes | int, follow: bool = False) -> Xattrs:
     """Sorted (name, sha256 of value) of a path's (or an fd's) extended attributes."""
     try:
         if isinstance(path, int):
@@ -93,7 +105,7 @@ def _xattrs(path, follow: bool = False) -> tuple:
         if exc.errno in (errno.ENOTSUP, errno.EOPNOTSUPP, errno.ENOSYS):
             return ()
         raise
-    found = []
+    found: list[tuple[str, str]] = []
     for name in sorted(n for n in names if n not in SKIPPED_XATTRS):
         if isinstance(path, int):
             value = os.getxattr(path, name)
@@ -103,7 +115,7 @@ def _xattrs(path, follow: bool = False) -> tuple:
     return tuple(found)
 
 
-def _copy_xattrs(src, dst, follow: bool = False) -> None:
+def _copy_xattrs(src: bytes | int, dst: bytes | int, follow: bool = False) -> None:
     try:
         if isinstance(src, int):
             names = os.listxattr(src)
@@ -123,7 +135,7 @@ def _copy_xattrs(src, dst, follow: bool = False) -> None:
             os.setxattr(dst, name, value, follow_symlinks=follow)
 
 
-def _entries(root: bytes):
+def _entries(root: bytes) -> Iterator[tuple[bytes, os.stat_result]]:
     """(relative path, lstat) of every entry under root, parents before children, sorted."""
     yield b"", os.lstat(root)
     stack = [b""]
@@ -152,7 +164,7 @@ def _hash_fd(fd: int) -> str:
         digest.update(block)
 
 
-def _record(kind: str, st, content: str, xattrs: tuple) -> tuple:
+def _record(kind: str, st: os.stat_result, content: str, xattrs: Xattrs) -> Entry:
     size = st.st_size if kind == "f" else 0  # a directory's size depends on the file system
     return (
         kind,
@@ -166,13 +178,13 @@ def _record(kind: str, st, content: str, xattrs: tuple) -> tuple:
     )
 
 
-def scan(root: bytes) -> dict:
+def scan(root: bytes) -> Manifest:
     """The manifest of a tree: relative path -> (kind, mode, uid, gid, size, mtime_ns, content,
     xattrs, hard-link group).  Content is the SHA-256 of a file, the target of a symlink, the
     device number of a device node.  The hard-link group is the first path (in sorted order) of
     the files of the tree sharing the inode, or "" for a file linked once."""
-    manifest: dict = {}
-    by_inode: dict = {}
+    manifest: dict[bytes, list[Any]] = {}
+    by_inode: dict[Inode, list[bytes]] = {}
     for rel, st in _entries(root):
         kind = _kind(st.st_mode)
         if kind == "s":
@@ -203,7 +215,7 @@ def scan(root: bytes) -> dict:
     return {rel: tuple(v) for rel, v in manifest.items()}
 
 
-def digest(manifest: dict) -> str:
+def digest(manifest: Manifest) -> str:
     """SHA-256 of a manifest in a stable text form."""
     h = hashlib.sha256()
     for rel in sorted(manifest):
@@ -214,9 +226,11 @@ def digest(manifest: dict) -> str:
 FIELDS = ("type", "mode", "uid", "gid", "size", "mtime", "content", "xattrs", "hard links")
 
 
-def differences(left: dict, right: dict, limit: int = MAX_PROBLEMS) -> tuple[int, list[str]]:
+def differences(
+    left: Manifest, right: Manifest, limit: int = MAX_PROBLEMS
+) -> tuple[int, list[str]]:
     """(count, the first ``limit`` differences in words) between two manifests."""
-    found = []
+    found: list[str] = []
     count = 0
     for rel in sorted(set(left) | set(right)):
         a, b = left.get(rel), right.get(rel)
@@ -251,7 +265,7 @@ def _clear(root: bytes) -> None:
             os.unlink(path)
 
 
-def _set_meta(path: bytes, st, kind: str) -> None:
+def _set_meta(path: bytes, st: os.stat_result, kind: str) -> None:
     """Owner, then mode (chown clears set-id bits), then times; symlinks are never followed."""
     if kind == "l":
         os.chown(path, st.st_uid, st.st_gid, follow_symlinks=False)
@@ -262,7 +276,7 @@ def _set_meta(path: bytes, st, kind: str) -> None:
     os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
 
 
-def _same_file_state(a, b) -> bool:
+def _same_file_state(a: os.stat_result, b: os.stat_result) -> bool:
     return (a.st_size, a.st_mtime_ns, a.st_ctime_ns, a.st_ino) == (
         b.st_size,
         b.st_mtime_ns,
@@ -272,16 +286,17 @@ def _same_file_state(a, b) -> bool:
 
 
 class Copier:
-    def __init__(self, src: bytes, dst: bytes):
+    def __init__(self, src: bytes, dst: bytes) -> None:
         self.src, self.dst = src, dst
-        self.read: dict = {}  # the manifest of what was read while copying
+        # the manifest of what was read while copying: lists while it runs, entries after
+        self.read: dict[bytes, Any] = {}
         self.changed: list[bytes] = []
         self.files = self.bytes = self.sockets = 0
-        self._linked: dict = {}  # (dev, ino) -> relative path of the first copy
-        self._groups: dict = {}
+        self._linked: dict[Inode, bytes] = {}  # relative path of the first copy of an inode
+        self._groups: dict[Inode, list[bytes]] = {}
 
     def run(self) -> None:
-        dirs = []
+        dirs: list[tuple[bytes, os.stat_result]] = []
         for rel, st in _entries(self.src):
             kind = _kind(st.st_mode)
             try:
@@ -303,7 +318,9 @@ class Copier:
                     self.read[rel][8] = first
         self.read = {rel: tuple(v) for rel, v in self.read.items()}
 
-    def _one(self, rel: bytes, st, kind: str, dirs: list) -> None:
+    def _one(
+        self, rel: bytes, st: os.stat_result, kind: str, dirs: list[tuple[bytes, os.stat_result]]
+    ) -> None:
         src, dst = _join(self.src, rel), _join(self.dst, rel)
         content = ""
         if kind == "d":
@@ -344,7 +361,9 @@ class Copier:
         _set_meta(dst, st, kind)
         self.read[rel] = [*_record(kind, st, content, _xattrs(src)), ""]
 
-    def _copy_file(self, rel: bytes, src: bytes, dst: bytes, listed) -> tuple[str, os.stat_result]:
+    def _copy_file(
+        self, rel: bytes, src: bytes, dst: bytes, listed: os.stat_result
+    ) -> tuple[str, os.stat_result]:
         fin = os.open(src, os.O_RDONLY | os.O_NOFOLLOW)
         try:
             before = os.fstat(fin)
@@ -382,9 +401,9 @@ class Copier:
         return h.hexdigest(), before
 
 
-def copy_and_verify(src: bytes, dst: bytes, replace_destination: bool = False) -> dict:
+def copy_and_verify(src: bytes, dst: bytes, replace_destination: bool = False) -> dict[str, Any]:
     """Copy SRC to DST and verify; the summary dict (see the module docstring)."""
-    summary = {
+    summary: dict[str, Any] = {
         "result": ERROR,
         "entries": 0,
         "files": 0,
@@ -442,13 +461,13 @@ def copy_and_verify(src: bytes, dst: bytes, replace_destination: bool = False) -
     return summary
 
 
-def write_manifest(manifest: dict, path: str) -> None:
+def write_manifest(manifest: Manifest, path: str) -> None:
     with open(path, "w", encoding="utf-8") as out:
         for rel in sorted(manifest):
             out.write(json.dumps([os.fsdecode(rel), *manifest[rel]]) + "\n")
 
 
-def main(argv=None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="copy_home", description="Copy a home directory tree and verify the copy."
     )

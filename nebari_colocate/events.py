@@ -33,9 +33,9 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
-from typing import Any
 
-from .objects import GPU_RESOURCES
+from . import fit
+from .objects import GPU_RESOURCES, Obj
 
 WAIT, FAIL = "wait", "fail"
 
@@ -63,8 +63,6 @@ NO_NODE_YET = "no-node-yet"  # unschedulable, within the grace
 RETRYING_PULL = "retrying-pull"  # the image pull fails, within the grace
 PROGRESS = "progress"  # nothing wrong: the latest ordinary event (``event``), if any
 WAIT_CODES = (SCALING_UP, NO_NODE_YET, RETRYING_PULL, PROGRESS)
-
-Json = Mapping[str, Any]
 
 
 @dataclass(frozen=True)
@@ -151,11 +149,11 @@ FRAGMENT_SINGLE_POD_VOLUME = "single-pod-volume"
 FRAGMENT_PINNED_ELSEWHERE = "pinned-elsewhere"
 FRAGMENT_ANTI_AFFINITY = "anti-affinity"
 FRAGMENT_POD_AFFINITY = "pod-affinity"
-FRAGMENT_NODE_SELECTOR = "node-selector"
-FRAGMENT_TAINT = "taint"
+FRAGMENT_NODE_SELECTOR = fit.NODE_SELECTOR
+FRAGMENT_TAINT = fit.TAINT
 FRAGMENT_CORDONED = "cordoned"
-FRAGMENT_TOO_MANY_PODS = "too-many-pods"
-FRAGMENT_VOLUME_NODE_AFFINITY = "volume-node-affinity"
+FRAGMENT_TOO_MANY_PODS = fit.TOO_MANY_PODS
+FRAGMENT_VOLUME_NODE_AFFINITY = fit.VOLUME_NODE_AFFINITY
 FRAGMENT_PORTS = "ports"
 FRAGMENT_SPREAD = "topology-spread"
 FRAGMENT_VOLUME_COUNT = "volume-count"
@@ -195,11 +193,11 @@ _FRAGMENT_CAUSES: tuple[tuple[str, str], ...] = (
 KARPENTER_SEPARATOR = "; "
 KARPENTER_COLOCATION = "colocation"  # the pod's required pod affinity: no new node holds them
 KARPENTER_ANTI_AFFINITY = "anti-affinity"
-KARPENTER_SPREAD = "topology-spread"
+KARPENTER_SPREAD = FRAGMENT_SPREAD
 KARPENTER_LIMITS = "limits"
 KARPENTER_NO_INSTANCE_TYPE = "no-instance-type"
 KARPENTER_REQUIREMENTS = "requirements"
-KARPENTER_TAINT = "taint"
+KARPENTER_TAINT = fit.TAINT
 _KARPENTER_CAUSES: tuple[tuple[str, str], ...] = (
     ("unsatisfiable topology constraint for pod affinity", KARPENTER_COLOCATION),
     ("unsatisfiable topology constraint for pod anti-affinity", KARPENTER_ANTI_AFFINITY),
@@ -326,7 +324,7 @@ class _Event:
     order: datetime  # sort key: ``last``, or the previous event's key when it has no time
 
 
-def _normalise(events: Sequence[Json]) -> list[_Event]:
+def _normalise(events: Sequence[Obj]) -> list[_Event]:
     """Events in time order, tolerating missing fields (see the comments inside)."""
     out: list[_Event] = []
     carried = _EPOCH
@@ -681,7 +679,7 @@ def _progress(events: list[_Event]) -> EventVerdict:
 
 
 def classify(
-    events: Sequence[Json],
+    events: Sequence[Obj],
     *,
     pinned_node: str | None,
     now: datetime,
@@ -716,6 +714,6 @@ def classify(
     return scheduling or images or _progress(ordered)
 
 
-def told_in_words(event: Json) -> bool:
+def told_in_words(event: Obj) -> bool:
     """Whether the spawn page shows the verdict's words instead of this event's raw message."""
     return event.get("reason") in PLAIN_LANGUAGE_EVENTS

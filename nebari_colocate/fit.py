@@ -3,8 +3,11 @@
 The subset of kube-scheduler filter plugins that decides whether a pod pinned to one node can run
 there: NodeUnschedulable, NodeAffinity (nodeSelector and required node affinity), TaintToleration,
 NodeResourcesFit and VolumeBinding (a bound PV's node affinity).  Inputs are camelCase dicts as the
-Kubernetes API returns them.  Every function returns reason codes (see DESIGN section 5) rather than
-booleans so the caller can tell a person *why*.
+Kubernetes API returns them.  :func:`check_fit` returns reason codes (``docs/decisions.md``, "The
+fit check" and "Reason codes"; each code is defined beside its filter) rather than booleans so the
+caller can tell a person *why*.  :func:`label_matches` and :func:`field_matches` are the node
+affinity matching ``decide`` shares when it infers a node's labels (as kube-scheduler's
+NodeAffinity and VolumeBinding plugins share component-helpers' ``nodeaffinity``).
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 
 from . import quantity
-from .objects import is_terminal
+from .objects import JsonDict, Obj, is_terminal, meta, spec
 
 # --------------------------------------------------------------------------------------------------
 # quantities (nebari_colocate.quantity: the API's grammar and bounds, in bounded time)
@@ -47,7 +50,7 @@ def format_units(resource: str, units: int) -> str:
 # resource requests
 
 
-def _container_requests(container: Mapping) -> dict[str, int]:
+def _container_requests(container: Obj) -> dict[str, int]:
     """A container's requests after API defaulting (a limit without a request requests it), in
     nano-units."""
     resources = container.get("resources") or {}
@@ -56,12 +59,12 @@ def _container_requests(container: Mapping) -> dict[str, int]:
     return {name: quantity.parse_nanos(value) for name, value in merged.items()}
 
 
-def _add(total: dict, more: Mapping) -> None:
+def _add(total: JsonDict, more: Obj) -> None:
     for name, value in more.items():
         total[name] = total.get(name, 0) + value
 
 
-def _max_into(total: dict, other: Mapping) -> None:
+def _max_into(total: JsonDict, other: Obj) -> None:
     for name, value in other.items():
         total[name] = max(total.get(name, 0), value)
 
@@ -71,7 +74,7 @@ def _pod_level_resource(name: str) -> bool:
     return name in ("cpu", "memory") or name.startswith("hugepages-")
 
 
-def pod_requests(pod: Mapping) -> dict[str, int]:
+def pod_requests(pod: Obj) -> dict[str, int]:
     """What the scheduler charges a node for this pod, in scheduler units.
 
     max(sum of containers + sidecars, largest init container + the sidecars started before it),
@@ -79,13 +82,13 @@ def pod_requests(pod: Mapping) -> dict[str, int]:
     resources it names.  Sidecars are init containers with ``restartPolicy: Always``.
     Quantities are summed exactly and rounded once per pod, as the scheduler does.
     """
-    spec = pod.get("spec") or {}
+    pod_spec = spec(pod)
     total: dict[str, int] = {}  # nano-units: exact sums of what the API stored
-    for container in spec.get("containers") or []:
+    for container in pod_spec.get("containers") or []:
         _add(total, _container_requests(container))
     sidecars: dict[str, int] = {}
     init_peak: dict[str, int] = {}
-    for container in spec.get("initContainers") or []:
+    for container in pod_spec.get("initContainers") or []:
         requests = _container_requests(container)
         if container.get("restartPolicy") == "Always":
             _add(total, requests)
@@ -97,7 +100,7 @@ def pod_requests(pod: Mapping) -> dict[str, int]:
     _max_into(total, init_peak)
     # API defaulting of pod-level requests: an explicit request; else, for a resource the
     # containers request (cpu, memory), their aggregate; else the pod-level limit.
-    pod_resources = spec.get("resources") or {}
+    pod_resources = pod_spec.get("resources") or {}
     pod_level = dict(pod_resources.get("requests") or {})
     for name, value in (pod_resources.get("limits") or {}).items():
         if name not in pod_level and (name not in total or name.startswith("hugepages-")):
@@ -105,18 +108,18 @@ def pod_requests(pod: Mapping) -> dict[str, int]:
     for name, value in pod_level.items():
         if _pod_level_resource(name):
             total[name] = quantity.parse_nanos(value)
-    for name, value in (spec.get("overhead") or {}).items():
+    for name, value in (pod_spec.get("overhead") or {}).items():
         total[name] = total.get(name, 0) + quantity.parse_nanos(value)
     return {name: _units(name, value) for name, value in total.items()}
 
 
-def requests_any(pod: Mapping, resources: Iterable[str]) -> bool:
+def requests_any(pod: Obj, resources: Iterable[str]) -> bool:
     """The pod requests some of ``resources`` (a premium resource, a GPU)."""
     requested = pod_requests(pod)
     return any(requested.get(r, 0) > 0 for r in resources)
 
 
-def offered(node: Mapping, resources: Iterable[str]) -> dict[str, int]:
+def offered(node: Obj, resources: Iterable[str]) -> dict[str, int]:
     """Those of ``resources`` the node offers (allocatable > 0), in scheduler units."""
     allocatable = (node.get("status") or {}).get("allocatable") or {}
     found = {}
@@ -143,7 +146,7 @@ def _parse_int64(text: str) -> int | None:
     return number if -(2**63) <= number < 2**63 else None
 
 
-def _label_matches(requirement: Mapping, labels: Mapping[str, str]) -> bool:
+def label_matches(requirement: Obj, labels: Mapping[str, str]) -> bool:
     key = requirement.get("key", "")
     operator = requirement.get("operator")
     values = requirement.get("values") or []
@@ -166,7 +169,7 @@ def _label_matches(requirement: Mapping, labels: Mapping[str, str]) -> bool:
     return False
 
 
-def _field_matches(requirement: Mapping, node_name: str) -> bool:
+def field_matches(requirement: Obj, node_name: str) -> bool:
     if requirement.get("key") != "metadata.name":
         return False
     values = requirement.get("values") or []
@@ -177,7 +180,7 @@ def _field_matches(requirement: Mapping, node_name: str) -> bool:
     return False
 
 
-def term_matches(term: Mapping, node: Mapping) -> bool:
+def term_matches(term: Obj, node: Obj) -> bool:
     """One nodeSelectorTerm: its expressions and fields are ANDed; an empty term matches nothing.
 
     A node without a name has no fields, and then ``matchFields`` are not checked at all (as in
@@ -190,20 +193,20 @@ def term_matches(term: Mapping, node: Mapping) -> bool:
     metadata = node.get("metadata") or {}
     labels = metadata.get("labels") or {}
     name = metadata.get("name") or ""
-    if not all(_label_matches(r, labels) for r in expressions):
+    if not all(label_matches(r, labels) for r in expressions):
         return False
-    return not name or all(_field_matches(r, name) for r in field_reqs)
+    return not name or all(field_matches(r, name) for r in field_reqs)
 
 
-def selector_matches(node_selector: Mapping | None, node: Mapping) -> bool:
+def selector_matches(node_selector: Obj | None, node: Obj) -> bool:
     """A NodeSelector: its terms are ORed.  ``None`` (no selector) matches every node."""
     if node_selector is None:
         return True
     return any(term_matches(t, node) for t in node_selector.get("nodeSelectorTerms") or [])
 
 
-def required_node_affinity(pod: Mapping) -> Mapping | None:
-    affinity = ((pod.get("spec") or {}).get("affinity") or {}).get("nodeAffinity") or {}
+def required_node_affinity(pod: Obj) -> Obj | None:
+    affinity = (spec(pod).get("affinity") or {}).get("nodeAffinity") or {}
     return affinity.get("requiredDuringSchedulingIgnoredDuringExecution")
 
 
@@ -211,10 +214,10 @@ def required_node_affinity(pod: Mapping) -> Mapping | None:
 NODE_SELECTOR = "node-selector"
 
 
-def node_selector_ok(pod: Mapping, node: Mapping) -> bool:
+def node_selector_ok(pod: Obj, node: Obj) -> bool:
     """NodeAffinity filter: ``spec.nodeSelector`` AND the required node affinity."""
-    labels = (node.get("metadata") or {}).get("labels") or {}
-    selector = (pod.get("spec") or {}).get("nodeSelector") or {}
+    labels = meta(node).get("labels") or {}
+    selector = spec(pod).get("nodeSelector") or {}
     if any(labels.get(k) != v for k, v in selector.items()):
         return False
     return selector_matches(required_node_affinity(pod), node)
@@ -224,7 +227,7 @@ def node_selector_ok(pod: Mapping, node: Mapping) -> bool:
 # taints
 
 
-def tolerates(toleration: Mapping, taint: Mapping) -> bool:
+def tolerates(toleration: Obj, taint: Obj) -> bool:
     """kube's ToleratesTaint: effect and key must match unless empty; Exists ignores the value."""
     effect = toleration.get("effect") or ""
     if effect and effect != taint.get("effect"):
@@ -244,12 +247,12 @@ def tolerates(toleration: Mapping, taint: Mapping) -> bool:
 TAINT = "taint"
 
 
-def untolerated_taints(pod: Mapping, node: Mapping) -> list[dict]:
+def untolerated_taints(pod: Obj, node: Obj) -> list[JsonDict]:
     """The NoSchedule / NoExecute taints of the node that no toleration of the pod matches."""
-    tolerations = (pod.get("spec") or {}).get("tolerations") or []
+    tolerations = spec(pod).get("tolerations") or []
     return [
         taint
-        for taint in (node.get("spec") or {}).get("taints") or []
+        for taint in spec(node).get("taints") or []
         if taint.get("effect") in ("NoSchedule", "NoExecute")
         and not any(tolerates(t, taint) for t in tolerations)
     ]
@@ -260,11 +263,11 @@ UNSCHEDULABLE_TAINT = {"key": "node.kubernetes.io/unschedulable", "effect": "NoS
 NODE_UNSCHEDULABLE = "node-unschedulable"
 
 
-def unschedulable(pod: Mapping, node: Mapping) -> bool:
+def unschedulable(pod: Obj, node: Obj) -> bool:
     """NodeUnschedulable: a cordoned node takes only pods that tolerate the unschedulable taint."""
-    if not (node.get("spec") or {}).get("unschedulable"):
+    if not spec(node).get("unschedulable"):
         return False
-    tolerations = (pod.get("spec") or {}).get("tolerations") or []
+    tolerations = spec(pod).get("tolerations") or []
     return not any(tolerates(t, UNSCHEDULABLE_TAINT) for t in tolerations)
 
 
@@ -314,7 +317,7 @@ class FitResult:
     """Reason codes (empty: the pod fits) and the facts behind them, for messages."""
 
     reasons: list[str] = field(default_factory=list)
-    taints: list[dict] = field(default_factory=list)
+    taints: list[JsonDict] = field(default_factory=list)
     shortfalls: list[Shortfall] = field(default_factory=list)
     max_pods: int | None = None
 
@@ -325,11 +328,11 @@ class FitResult:
 
 def node_usage(
     node_name: str,
-    pods: Iterable[Mapping],
+    pods: Iterable[Obj],
     *,
     exclude: Iterable[str] = (),
-    requests_of: Callable[[Mapping], Mapping[str, int]] = pod_requests,
-) -> tuple:
+    requests_of: Callable[[Obj], Mapping[str, int]] = pod_requests,
+) -> tuple[dict[str, int], int]:
     """Sum of requests and count of non-terminal pods bound to ``node_name`` (every namespace).
 
     ``exclude`` holds ``namespace/name`` keys of pods that must not be counted (the pod being
@@ -339,10 +342,10 @@ def node_usage(
     used: dict[str, int] = {}
     count = 0
     for pod in pods:
-        if (pod.get("spec") or {}).get("nodeName") != node_name or is_terminal(pod):
+        if spec(pod).get("nodeName") != node_name or is_terminal(pod):
             continue
-        meta = pod.get("metadata") or {}
-        if f"{meta.get('namespace')}/{meta.get('name')}" in excluded:
+        pod_meta = meta(pod)
+        if f"{pod_meta.get('namespace')}/{pod_meta.get('name')}" in excluded:
             continue
         count += 1
         _add(used, requests_of(pod))
@@ -350,13 +353,13 @@ def node_usage(
 
 
 def check_fit(
-    pod: Mapping,
-    node: Mapping,
-    node_pods: Iterable[Mapping],
-    bound_pvs: Iterable[Mapping] = (),
+    pod: Obj,
+    node: Obj,
+    node_pods: Iterable[Obj],
+    bound_pvs: Iterable[Obj] = (),
     *,
     exclude: Iterable[str] = (),
-    requests_of: Callable[[Mapping], Mapping[str, int]] = pod_requests,
+    requests_of: Callable[[Obj], Mapping[str, int]] = pod_requests,
     usage: tuple[Mapping[str, int], int] | None = None,
 ) -> FitResult:
     """Run the filter subset for ``pod`` on ``node``; ``node_pods`` may include pods elsewhere.
@@ -373,7 +376,7 @@ def check_fit(
     if result.taints:
         result.reasons.append(TAINT)
 
-    name = (node.get("metadata") or {}).get("name", "")
+    name = meta(node).get("name", "")
     allocatable_raw = (node.get("status") or {}).get("allocatable") or {}
     allocatable = {k: scheduler_units(k, v) for k, v in allocatable_raw.items()}
     if usage is None:
@@ -396,9 +399,9 @@ def check_fit(
 
     # VolumeBinding matches a PV's node affinity against the node's labels only (a node object
     # with no name), so a PV's matchFields constrain nothing there.
-    labels_only = {"metadata": {"labels": (node.get("metadata") or {}).get("labels") or {}}}
+    labels_only = {"metadata": {"labels": meta(node).get("labels") or {}}}
     for pv in bound_pvs:
-        pv_affinity = ((pv.get("spec") or {}).get("nodeAffinity") or {}).get("required")
+        pv_affinity = (spec(pv).get("nodeAffinity") or {}).get("required")
         if pv_affinity is not None and not selector_matches(pv_affinity, labels_only):
             result.reasons.append(VOLUME_NODE_AFFINITY)
             break

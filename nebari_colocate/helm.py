@@ -40,9 +40,13 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
+from traitlets.config import Config
+
+from .affinity import drop_pod_affinity_terms, selects_on
 from .config import ACCESS_MODES, DEFAULT_LABEL_KEY, caseless_choice, check_config
-from .objects import HOSTNAME, USERNAME_LABEL
+from .objects import HOSTNAME, USERNAME_LABEL, JsonDict, Obj
 
 log = logging.getLogger("nebari_colocate")
 
@@ -60,11 +64,15 @@ KEYS = {
 }
 
 
+#: z2jh's ``get_config(key, default)``: a helm value by its dotted key
+GetConfig = Callable[[str, Any], Any]
+
+
 class HelmValuesError(ValueError):
     """A ``custom.*`` value that cannot be used; the message names the key."""
 
 
-def _z2jh_get_config() -> Callable:
+def _z2jh_get_config() -> GetConfig:
     try:
         from z2jh import get_config
     except ImportError as exc:
@@ -72,14 +80,15 @@ def _z2jh_get_config() -> Callable:
             "z2jh.get_config is not importable: nebari_colocate.helm reads zero-to-jupyterhub "
             "helm values and works only in the hub image (pass get_config= elsewhere)"
         ) from exc
-    return get_config
+    getter: GetConfig = get_config  # z2jh is untyped
+    return getter
 
 
-def values_to_config(custom: Mapping) -> dict:
+def values_to_config(custom: Obj) -> JsonDict:
     """Trait values from the ``custom`` mapping; ``""`` means unset (None)."""
     if not isinstance(custom, Mapping):
         raise HelmValuesError(f"custom must be a mapping, not {type(custom).__name__}")
-    settings = {}
+    settings: JsonDict = {}
     for key, value in custom.items():
         if not isinstance(key, str) or (not key.startswith("colocate-") and key not in KEYS):
             continue
@@ -92,7 +101,9 @@ def values_to_config(custom: Mapping) -> dict:
     return settings
 
 
-def configure(c, get_config: Callable | None = None, section: str = "ColocatingKubeSpawner"):
+def configure(
+    c: Config, get_config: GetConfig | None = None, section: str = "ColocatingKubeSpawner"
+) -> JsonDict:
     """Switch the hub config ``c`` to ColocatingKubeSpawner (see the module docstring): helm
     values into ``c.<section>``, spawner class, hand-written affinity, access modes, jhub-apps
     templates, then validate (fails at hub start with a message naming the setting).
@@ -100,7 +111,7 @@ def configure(c, get_config: Callable | None = None, section: str = "ColocatingK
     Returns the trait values that were set.
     """
     get_config = get_config or _z2jh_get_config()
-    settings = helm_settings(c, get_config)
+    settings = helm_settings(c, get_config, section)
     label_key = settings.get("colocation_label_key") or _configured(
         c, "colocation_label_key", DEFAULT_LABEL_KEY
     )
@@ -112,14 +123,16 @@ def configure(c, get_config: Callable | None = None, section: str = "ColocatingK
     return settings
 
 
-def _configured(c, trait: str, default):
+def _configured(c: Config, trait: str, default: Any) -> Any:
     for section in ("ColocatingKubeSpawner", "KubeSpawner", "Spawner"):
         if section in c and trait in c[section]:
             return c[section][trait]
     return default
 
 
-def helm_settings(c, get_config: Callable, section: str = "ColocatingKubeSpawner") -> dict:
+def helm_settings(
+    c: Config, get_config: GetConfig, section: str = "ColocatingKubeSpawner"
+) -> JsonDict:
     """The ``custom.*`` values into ``c.<section>``, access modes reconciled, validated."""
     settings = values_to_config(get_config("custom", {}) or {})
     # "" (None here) means "not set": leave the chart's own value (e.g. the storage class from
@@ -148,7 +161,7 @@ def helm_settings(c, get_config: Callable, section: str = "ColocatingKubeSpawner
     return settings
 
 
-def switch_spawner_class(c) -> type:
+def switch_spawner_class(c: Config) -> type:
     """``c.JupyterHub.spawner_class`` on ColocatingKubeSpawner; returns the class now set.
 
     KubeSpawner (by class or entry-point name) -> ColocatingKubeSpawner.  jhub-apps'
@@ -179,14 +192,16 @@ def switch_spawner_class(c) -> type:
             "ColocatingKubeSpawner; base this class on ColocatingKubeSpawner instead "
             "(docs/quickstart-z2jh.md)"
         )
-    return c.JupyterHub.spawner_class
+    switched: type = c.JupyterHub.spawner_class
+    return switched
 
 
-def _spawner_from_name(name: str):
+def _spawner_from_name(name: str) -> type | None:
     if name in ("kubespawner", "kubernetes", "kubespawner.KubeSpawner"):
         from kubespawner import KubeSpawner
 
-        return KubeSpawner
+        kubespawner: type = KubeSpawner  # kubespawner is untyped
+        return kubespawner
     if name in ("colocate", "nebari_colocate.ColocatingKubeSpawner"):
         from .spawner import ColocatingKubeSpawner
 
@@ -199,21 +214,19 @@ def _spawner_from_name(name: str):
         raise HelmValuesError(f"c.JupyterHub.spawner_class {name!r} cannot be imported") from exc
 
 
-def _is_jhub_apps_class(cls) -> bool:
+def _is_jhub_apps_class(cls: object) -> bool:
     return isinstance(cls, type) and cls.__module__.startswith("jhub_apps")
 
 
-def is_colocation_term(term, label_key: str) -> bool:
+def is_colocation_term(term: object, label_key: str) -> bool:
     """A required pod-affinity term that keeps a user's pods on one node: topology
     ``kubernetes.io/hostname``, selecting on ``label_key`` or ``hub.jupyter.org/username``."""
-    from .affinity import selects_on
-
     if not isinstance(term, Mapping) or term.get("topologyKey") != HOSTNAME:
         return False
     return selects_on(term, label_key) or selects_on(term, USERNAME_LABEL)
 
 
-def remove_colocation_affinity(c, label_key: str) -> list[str]:
+def remove_colocation_affinity(c: Config, label_key: str) -> list[str]:
     """Take hand-written co-location terms out of ``extra_pod_config`` and
     ``pod_affinity_required`` in every KubeSpawner section; returns where they were."""
     removed = []
@@ -229,22 +242,11 @@ def remove_colocation_affinity(c, label_key: str) -> list[str]:
                 removed.append(f"c.{section}.pod_affinity_required")
         if "extra_pod_config" in config and isinstance(config.extra_pod_config, Mapping):
             extra = dict(config.extra_pod_config)
-            affinity = extra.get("affinity")
-            pod_affinity = affinity.get("podAffinity") if isinstance(affinity, Mapping) else None
-            if not isinstance(pod_affinity, Mapping):
+            if not isinstance(extra.get("affinity"), Mapping):
                 continue
-            terms = list(pod_affinity.get("requiredDuringSchedulingIgnoredDuringExecution") or [])
-            kept = [t for t in terms if not is_colocation_term(t, label_key)]
-            if len(kept) == len(terms):
+            affinity = dict(extra["affinity"])
+            if not drop_pod_affinity_terms(affinity, lambda t: is_colocation_term(t, label_key)):
                 continue
-            pod_affinity = dict(pod_affinity)
-            if kept:
-                pod_affinity["requiredDuringSchedulingIgnoredDuringExecution"] = kept
-            else:
-                pod_affinity.pop("requiredDuringSchedulingIgnoredDuringExecution")
-            affinity = {**affinity, "podAffinity": pod_affinity}
-            if not pod_affinity:
-                del affinity["podAffinity"]
             if affinity:
                 extra["affinity"] = affinity
             else:
@@ -254,7 +256,7 @@ def remove_colocation_affinity(c, label_key: str) -> list[str]:
     return removed
 
 
-def install_templates(c) -> bool:
+def install_templates(c: Config) -> bool:
     """With jhub-apps' templates in ``c.JupyterHub.template_paths``, put this package's
     templates for jhub-apps' pages first; returns whether they are installed."""
     paths = list(c.JupyterHub.template_paths) if "template_paths" in c.JupyterHub else []
@@ -266,12 +268,12 @@ def install_templates(c) -> bool:
     return True
 
 
-def _is_jhub_apps_templates(path) -> bool:
+def _is_jhub_apps_templates(path: object) -> bool:
     parts = Path(str(path)).parts
     return len(parts) >= 2 and parts[-1] == "templates" and parts[-2] == "jhub_apps"
 
 
-def _canonical_mode(value) -> str:
+def _canonical_mode(value: object) -> str:
     mode = caseless_choice(value, ACCESS_MODES)
     if mode is not None:
         return mode

@@ -39,65 +39,48 @@ except ImportError:  # JupyterHub 5
     _SpawnException = None
 
 
-if _SpawnException is not None:
+#: the refusal's base: what JupyterHub shows a 400 with words from
+_RefusalBase: Any = _SpawnException if _SpawnException is not None else web.HTTPError
 
-    class ColocationRefused(_SpawnException):  # type: ignore[misc]  # JupyterHub ships no types
-        """A spawn refused by the co-location check or ended by a hopeless pod event.
 
-        JupyterHub 6: a SpawnException with status 400, which does not count toward
-        ``consecutive_failure_limit``.  ``decision`` is set for pre-spawn refusals,
-        ``event_verdict`` for spawns ended by pod events.
-        """
+class ColocationRefused(_RefusalBase):  # type: ignore[misc]  # JupyterHub ships no types
+    """A spawn refused by the co-location check or ended by a hopeless pod event.
 
-        def __init__(
-            self,
-            message: str,
-            html: str,
-            log_message: str,
-            *,
-            decision: Decision | None = None,
-            event_verdict: EventVerdict | None = None,
-        ) -> None:
+    JupyterHub 6: a SpawnException with status 400, which does not count toward
+    ``consecutive_failure_limit``.  JupyterHub 5: a 400 HTTPError carrying ``jupyterhub_message``
+    / ``jupyterhub_html_message``; its REST API answers with ``log_message % args`` and ignores
+    ``jupyterhub_message``, so the HTTPError's own message is the user text (it never names
+    another user's pods).  The operator line is kept in ``operator_line``.  ``decision`` is set
+    for pre-spawn refusals, ``event_verdict`` for spawns ended by pod events.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        html: str,
+        log_message: str,
+        *,
+        decision: Decision | None = None,
+        event_verdict: EventVerdict | None = None,
+    ) -> None:
+        if _SpawnException is not None:
             super().__init__(
                 message, reason="colocation", log_message=log_message, message_html=html
             )
-            self.operator_line = log_message
-            self.decision = decision
-            self.event_verdict = event_verdict
-            self.jupyterhub_message = message
-            self.jupyterhub_html_message = html
-
-else:  # pragma: no cover - exercised on JupyterHub 5
-
-    class ColocationRefused(web.HTTPError):  # type: ignore[no-redef]  # JupyterHub 5's twin
-        """A spawn refused by the co-location check or ended by a hopeless pod event.
-
-        JupyterHub 5: a 400 HTTPError carrying ``jupyterhub_message`` / ``jupyterhub_html_message``.
-        JupyterHub 5's REST API answers with ``log_message % args`` and ignores
-        ``jupyterhub_message``, so the HTTPError's own message is the user text (it never names
-        another user's pods); the operator line is kept in ``operator_line``.
-        """
-
-        def __init__(
-            self,
-            message: str,
-            html: str,
-            log_message: str,
-            *,
-            decision: Decision | None = None,
-            event_verdict: EventVerdict | None = None,
-        ) -> None:
+        else:  # pragma: no cover - exercised on JupyterHub 5
             super().__init__(400, "%s", message, reason="colocation")
-            self.decision = decision
-            self.event_verdict = event_verdict
             self.message = message
             self.message_html = html
-            self.operator_line = log_message
-            self.jupyterhub_message = message
-            self.jupyterhub_html_message = html
+        self.operator_line = log_message
+        self.decision = decision
+        self.event_verdict = event_verdict
+        self.jupyterhub_message = message
+        self.jupyterhub_html_message = html
 
-        def __str__(self) -> str:
-            return f"400 ColocationRefused: {self.operator_line}"
+    def __str__(self) -> str:
+        if _SpawnException is not None:
+            return str(super().__str__())
+        return f"400 ColocationRefused: {self.operator_line}"  # pragma: no cover - JupyterHub 5
 
 
 def uncount_refusal(spawner: Any) -> bool:

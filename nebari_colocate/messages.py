@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import html
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from datetime import datetime, timezone
 from typing import Any, NamedTuple
 
 from . import events, faults, fit
-from .objects import GPU_RESOURCES, SERVERNAME_ANNOTATION, has_owner, is_server, owned_by
+from .objects import GPU_RESOURCES, SERVERNAME_ANNOTATION, Obj, has_owner, is_server, owned_by
 from .placement import (
     CLAIM_IN_USE,
     HOME_BEING_MOVED,
@@ -103,14 +104,14 @@ def _join(items: list[str]) -> str:
     return ", ".join(items[:-1]) + " and " + items[-1]
 
 
-def _selector_text(pod: Mapping) -> str:
+def _selector_text(pod: Obj) -> str:
     selector = (pod.get("spec") or {}).get("nodeSelector") or {}
     if selector:
         return ", ".join(f"{k}={v}" for k, v in sorted(selector.items()))
     return "its required node affinity"
 
 
-def reason_sentences(decision: Decision, pod: Mapping) -> list[str]:
+def reason_sentences(decision: Decision, pod: Obj) -> list[str]:
     """One plain sentence per reason code."""
     node = decision.node
     first = [True]
@@ -250,7 +251,7 @@ def _advice(
 
 def user_message(
     decision: Decision,
-    pod: Mapping,
+    pod: Obj,
     *,
     username: str,
     server_name: str,
@@ -298,7 +299,7 @@ def _in_use_by(
 
 def user_html(
     decision: Decision,
-    pod: Mapping,
+    pod: Obj,
     *,
     username: str,
     server_name: str,
@@ -409,6 +410,20 @@ def api_fault_operator_line(
         f"colocate api-fault={fault} user={username!r} server={server_name!r} "
         f"pod={pod_name} error={type(exc).__name__}: {error}"
     )
+
+
+def late_pod_delete_line(pod_name: str, created: object, started: float) -> str:
+    """The hub-log line of deleting a pod the API created after its spawn had failed."""
+    since = datetime.fromtimestamp(started, timezone.utc).isoformat()
+    return (
+        f"colocate: deleting pod {pod_name} of a spawn the API failed (created at {created}, "
+        f"after the spawn that started at {since} gave up)"
+    )
+
+
+def late_pod_delete_failed_line(pod_name: str, exc: BaseException) -> str:
+    """The hub-log line of a failed delete of such a pod (it is retried)."""
+    return f"colocate: delete of {pod_name} failed ({exc}); retrying"
 
 
 # --------------------------------------------------------------------------------------------------
@@ -734,7 +749,7 @@ MIGRATE_OUTCOMES = {
 }
 
 
-def _fill(template: str, row: Mapping) -> str:
+def _fill(template: str, row: Obj) -> str:
     values = {k: ("-" if v is None else v) for k, v in row.items()}
     for key in ("running", "problems"):
         if isinstance(values.get(key), list):
@@ -757,12 +772,12 @@ def migrate_plan_hint() -> str:
     )
 
 
-def migrate_action(row: Mapping) -> str:
+def migrate_action(row: Obj) -> str:
     """The plan's words for one home."""
     return _fill(MIGRATE_ACTIONS.get(row.get("action", ""), "{action}"), row)
 
 
-def migrate_outcome(result: Mapping) -> str:
+def migrate_outcome(result: Obj) -> str:
     if result.get("outcome") == "skipped" and result.get("reason") in MIGRATE_ACTIONS:
         return "skipped: " + _fill(MIGRATE_ACTIONS[result["reason"]], result)
     return _fill(MIGRATE_OUTCOMES.get(result.get("outcome", ""), "{outcome}"), result)
@@ -776,7 +791,7 @@ def delete_old_volume_hint(volume: str) -> str:
     )
 
 
-def _table(headers, rows) -> list[str]:
+def _table(headers: Sequence[str], rows: Iterable[Sequence[object]]) -> list[str]:
     cells = [[str(c) for c in row] for row in rows]
     widths = [max([len(h), *(len(r[i]) for r in cells)]) for i, h in enumerate(headers)]
     return [
@@ -785,7 +800,7 @@ def _table(headers, rows) -> list[str]:
     ]
 
 
-def render_migrate_plan(plan: Mapping) -> str:
+def render_migrate_plan(plan: Obj) -> str:
     rows = plan["homes"]
     lines = [
         f"Home claims in namespace {plan['namespace']} (target storage class "
@@ -812,7 +827,7 @@ def render_migrate_plan(plan: Mapping) -> str:
     return "\n".join(lines)
 
 
-def render_migrate_results(results: list[Mapping], dry_run: bool = False) -> str:
+def render_migrate_results(results: list[Obj], dry_run: bool = False) -> str:
     lines = []
     for r in results:
         lines.append(f"{r.get('user') or '-'} ({r['claim']}): {migrate_outcome(r)}")
@@ -828,7 +843,7 @@ def render_migrate_results(results: list[Mapping], dry_run: bool = False) -> str
     return "\n".join(lines) or "no home claims selected"
 
 
-def render_migrate_status(status: Mapping) -> str:
+def render_migrate_status(status: Obj) -> str:
     rows = status["moves"]
     lines = [f"Moves in namespace {status['namespace']}: {len(rows)}"]
     if rows:

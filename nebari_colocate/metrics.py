@@ -7,12 +7,19 @@ is executed twice in one process (jhub-apps does so) never registers a metric tw
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from functools import lru_cache
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .placement import Decision
 
 PREFIX = "nebari_colocate"
 
 
-def _get_or_create(cls, name: str, documentation: str, labelnames=(), **kwargs):
+def _get_or_create(
+    cls: Any, name: str, documentation: str, labelnames: Sequence[str] = (), **kwargs: Any
+) -> Any:
     from prometheus_client import REGISTRY
 
     existing = REGISTRY._names_to_collectors.get(name)  # no public lookup by name
@@ -22,7 +29,7 @@ def _get_or_create(cls, name: str, documentation: str, labelnames=(), **kwargs):
 
 
 @lru_cache(maxsize=1)
-def collectors() -> dict:
+def collectors() -> dict[str, Any]:
     """The metric objects, created once per process."""
     from prometheus_client import Counter, Histogram
 
@@ -66,7 +73,7 @@ def collectors() -> dict:
     }
 
 
-def observe_decision(decision, seconds: float, *, safe_side: bool = False) -> None:
+def observe_decision(decision: Decision, seconds: float, *, safe_side: bool = False) -> None:
     m = collectors()
     m["decisions"].labels(verdict=decision.verdict).inc()
     for code in decision.reasons:
@@ -87,7 +94,7 @@ def observe_api_fault(fault: str) -> None:
 
 
 @lru_cache(maxsize=1)
-def view_collectors() -> dict:
+def view_collectors() -> dict[str, Any]:
     """The live view's metrics (nebari_colocate.view), created once per process."""
     from prometheus_client import Counter, Gauge
 

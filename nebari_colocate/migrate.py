@@ -39,6 +39,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 from .objects import (
     MIGRATION_ANNOTATION,
@@ -49,6 +50,8 @@ from .objects import (
     SERVERNAME_ANNOTATION,
     TERMINAL_PHASES,
     USERNAME_ANNOTATION,
+    JsonDict,
+    Obj,
     attached_nodes,
     is_terminal,
     pod_claims,
@@ -90,7 +93,7 @@ FAILED = "failed"
 STEPS = (RETAINED, COPYING, COPIED, SWAPPING, DONE)
 
 #: plan actions (codes; messages.py has the words)
-MOVE, SKIP_RWX, WAIT_SERVERS, RESUME, FINISHED, RETRY, NOT_BOUND, NO_VOLUME = (
+MOVE, SKIP_RWX, WAIT_SERVERS, RESUME, FINISHED, RETRY, NOT_BOUND, NO_VOLUME = ACTIONS = (
     "move",
     "already-rwx",
     "servers-running",
@@ -99,6 +102,29 @@ MOVE, SKIP_RWX, WAIT_SERVERS, RESUME, FINISHED, RETRY, NOT_BOUND, NO_VOLUME = (
     "retry",
     "not-bound",
     "no-volume",
+)
+
+#: outcomes of ``apply`` and ``rollback`` per claim (codes; messages.py has the words)
+(
+    OUT_DONE,
+    OUT_ALREADY_DONE,
+    OUT_BLOCKED,
+    OUT_FAILED,
+    OUT_SKIPPED,
+    OUT_ERROR,
+    OUT_ROLLED_BACK,
+    OUT_NOTHING_TO_ROLL_BACK,
+    OUT_WOULD_MOVE,
+) = OUTCOMES = (
+    "done",
+    "already-done",
+    "blocked",
+    "failed",
+    "skipped",
+    "error",
+    "rolled-back",
+    "nothing-to-roll-back",
+    "would-move",
 )
 
 #: the points between steps where ``apply`` may be interrupted and resumed (tests inject here)
@@ -173,16 +199,16 @@ def label_value(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:40]
 
 
-def claim_user(pvc: Mapping, prefix: str = "claim-") -> str:
+def claim_user(pvc: Obj, prefix: str = "claim-") -> str:
     """The user of a home claim: KubeSpawner's username annotation, else the name's suffix."""
-    user = _annotations(pvc).get(USERNAME_ANNOTATION)
+    user: str | None = _annotations(pvc).get(USERNAME_ANNOTATION)
     if user:
         return user
     name = _meta(pvc).get("name", "")
     return name[len(prefix) :] if name.startswith(prefix) else ""
 
 
-def is_home_claim(pvc: Mapping, prefix: str = "claim-") -> bool:
+def is_home_claim(pvc: Obj, prefix: str = "claim-") -> bool:
     if OF_KEY in _annotations(pvc):
         return False  # our temporary claim
     return bool(_annotations(pvc).get(USERNAME_ANNOTATION)) or _meta(pvc).get(
@@ -190,13 +216,13 @@ def is_home_claim(pvc: Mapping, prefix: str = "claim-") -> bool:
     ).startswith(prefix)
 
 
-def claim_size(pvc: Mapping) -> str | None:
+def claim_size(pvc: Obj) -> str | None:
     capacity = ((pvc.get("status") or {}).get("capacity") or {}).get("storage")
     request = ((_spec(pvc).get("resources") or {}).get("requests") or {}).get("storage")
     return capacity or request
 
 
-def holders(pods: Iterable[Mapping], claim: str) -> list[dict]:
+def holders(pods: Iterable[Obj], claim: str) -> list[JsonDict]:
     """Pods that mount ``claim`` and have not finished, bound to a node or not (a pending server
     may start any moment), except the migration's own copy pod."""
     found = []
@@ -210,7 +236,7 @@ def holders(pods: Iterable[Mapping], claim: str) -> list[dict]:
     return sorted(found, key=lambda p: _meta(p).get("name", ""))
 
 
-def server_names(pods: Iterable[Mapping]) -> list[str]:
+def server_names(pods: Iterable[Obj]) -> list[str]:
     """``user/server`` of KubeSpawner pods, else the pod name."""
     names = []
     for pod in pods:
@@ -223,7 +249,7 @@ def server_names(pods: Iterable[Mapping]) -> list[str]:
     return names
 
 
-def volume_step(pv: Mapping | None, namespace: str, claim: str) -> str | None:
+def volume_step(pv: Obj | None, namespace: str, claim: str) -> str | None:
     """The step a volume records for ``namespace/claim`` (None: no move of that claim)."""
     annotations = _annotations(pv)
     if annotations.get(CLAIM_KEY) != f"{namespace}/{claim}":
@@ -238,12 +264,12 @@ class Home:
     namespace: str
     claim: str
     user: str
-    pvc: dict | None = None  # the claim now named ``claim`` (old or final)
-    old_pv: dict | None = None  # the volume the move started from
-    new_pv: dict | None = None
-    temporary: dict | None = None
-    copy_pod: dict | None = None
-    pods: list[dict] = field(default_factory=list)  # holders
+    pvc: JsonDict | None = None  # the claim now named ``claim`` (old or final)
+    old_pv: JsonDict | None = None  # the volume the move started from
+    new_pv: JsonDict | None = None
+    temporary: JsonDict | None = None
+    copy_pod: JsonDict | None = None
+    pods: list[JsonDict] = field(default_factory=list)  # holders
 
     @property
     def step(self) -> str | None:
@@ -254,7 +280,7 @@ class Home:
         return list(_spec(self.pvc).get("accessModes") or [])
 
 
-def plan_row(home: Home, target_class: str | None) -> dict:
+def plan_row(home: Home, target_class: str | None) -> JsonDict:
     """What ``apply`` would do for one home (codes and facts)."""
     pvc, step = home.pvc, home.step
     row = {
@@ -292,11 +318,11 @@ def plan_row(home: Home, target_class: str | None) -> dict:
     return row
 
 
-def movable(row: Mapping) -> bool:
+def movable(row: Obj) -> bool:
     return row["action"] in (MOVE, RESUME, RETRY)
 
 
-def class_problem(storage_class: Mapping | None, name: str, rwx_volumes: int | None) -> str | None:
+def class_problem(storage_class: Obj | None, name: str, rwx_volumes: int | None) -> str | None:
     """Why ``name`` cannot hold ReadWriteMany homes, when that can be known, else None.
 
     ``storage_class`` is the StorageClass (None: it does not exist); ``rwx_volumes`` the number
@@ -317,11 +343,11 @@ def class_problem(storage_class: Mapping | None, name: str, rwx_volumes: int | N
 
 def copy_pod_manifest(
     home: Home, image: str, attached_node: str | None, script: str | None = None
-) -> dict:
+) -> JsonDict:
     """The pod that copies ``home``'s claim into the temporary claim (see copy_home.py)."""
     name = temporary_name(home.claim)
     source = script if script is not None else COPY_SCRIPT.read_text()
-    spec: dict = {
+    spec: JsonDict = {
         "restartPolicy": "Never",
         "automountServiceAccountToken": False,
         "enableServiceLinks": False,
@@ -408,7 +434,7 @@ def copy_pod_manifest(
     }
 
 
-def copy_result(pod: Mapping) -> dict | None:
+def copy_result(pod: Obj) -> JsonDict | None:
     """The copy's JSON summary from a finished copy pod (None while it runs)."""
     status = pod.get("status") or {}
     phase = status.get("phase")
@@ -445,7 +471,7 @@ _SYSTEM_ANNOTATIONS = (
 )
 
 
-def claim_metadata(pvc: Mapping | None) -> str:
+def claim_metadata(pvc: Obj | None) -> str:
     """The labels and annotations a recreated claim keeps, as JSON (without the mark)."""
     annotations = {
         k: v
@@ -470,7 +496,7 @@ class Mover:
 
     def __init__(
         self,
-        api_client,
+        api_client: Any,  # kubernetes_asyncio's ApiClient (untyped)
         namespace: str,
         *,
         storage_class: str | None = None,
@@ -480,7 +506,7 @@ class Mover:
         bind_timeout: float = 300.0,
         checkpoint: Callable[[str, str], Awaitable[None] | None] | None = None,
         log: Callable[[str], None] | None = None,
-    ):
+    ) -> None:
         from kubernetes_asyncio import client
 
         self.core = client.CoreV1Api(api_client)
@@ -498,7 +524,7 @@ class Mover:
 
     # -- small API helpers ----------------------------------------------------------------------
 
-    async def _get(self, call, *args) -> dict | None:
+    async def _get(self, call: Callable[..., Awaitable[Any]], *args: Any) -> JsonDict | None:
         from kubernetes_asyncio.client.exceptions import ApiException
 
         try:
@@ -508,34 +534,34 @@ class Mover:
                 return None
             raise
 
-    async def pvc(self, name: str) -> dict | None:
+    async def pvc(self, name: str) -> JsonDict | None:
         return await self._get(
             self.core.read_namespaced_persistent_volume_claim, name, self.namespace
         )
 
-    async def pv(self, name: str | None) -> dict | None:
+    async def pv(self, name: str | None) -> JsonDict | None:
         return await self._get(self.core.read_persistent_volume, name) if name else None
 
-    async def pod(self, name: str) -> dict | None:
+    async def pod(self, name: str) -> JsonDict | None:
         return await self._get(self.core.read_namespaced_pod, name, self.namespace)
 
-    async def pods(self) -> list[dict]:
+    async def pods(self) -> list[JsonDict]:
         return (await read_json(self.core.list_namespaced_pod, self.namespace)).get("items") or []
 
-    async def pvcs(self) -> list[dict]:
+    async def pvcs(self) -> list[JsonDict]:
         listing = await read_json(self.core.list_namespaced_persistent_volume_claim, self.namespace)
         return listing.get("items") or []
 
-    async def pvs(self) -> list[dict]:
+    async def pvs(self) -> list[JsonDict]:
         return (await read_json(self.core.list_persistent_volume)).get("items") or []
 
-    async def _patch_pv(self, name: str, body) -> dict:
+    async def _patch_pv(self, name: str, body: JsonDict | list[JsonDict]) -> JsonDict:
         return await read_json(self.core.patch_persistent_volume, name, body)
 
-    async def _annotate_pv(self, name: str, values: Mapping[str, str | None]) -> dict:
+    async def _annotate_pv(self, name: str, values: Mapping[str, str | None]) -> JsonDict:
         return await self._patch_pv(name, {"metadata": {"annotations": dict(values)}})
 
-    async def _annotate_pvc(self, name: str, values: Mapping[str, str | None]) -> dict:
+    async def _annotate_pvc(self, name: str, values: Mapping[str, str | None]) -> JsonDict:
         return await read_json(
             self.core.patch_namespaced_persistent_volume_claim,
             name,
@@ -576,7 +602,7 @@ class Mover:
         )
 
     @staticmethod
-    async def _gone(read: Awaitable[dict | None], uid: str | None) -> bool:
+    async def _gone(read: Awaitable[JsonDict | None], uid: str | None) -> bool:
         obj = await read
         return obj is None or (uid is not None and _meta(obj).get("uid") != uid)
 
@@ -596,7 +622,7 @@ class Mover:
 
     # -- reading a home -------------------------------------------------------------------------
 
-    async def homes(self, pvs: list[dict] | None = None) -> list[Home]:
+    async def homes(self, pvs: list[JsonDict] | None = None) -> list[Home]:
         """Every home claim of the namespace, and every move whose claim is gone mid-swap."""
         pvcs, pods = await asyncio.gather(self.pvcs(), self.pods())
         pvs = await self.pvs() if pvs is None else pvs
@@ -709,7 +735,7 @@ class Mover:
 
     # -- the move -------------------------------------------------------------------------------
 
-    async def apply(self, claim: str) -> dict:
+    async def apply(self, claim: str) -> JsonDict:
         """Move one home, or resume its move; a finished move is left alone.
 
         Returns the outcome: ``{"claim", "user", "outcome": done|already-done|blocked|failed|
@@ -725,7 +751,7 @@ class Mover:
         if step == DONE:
             return {
                 **outcome,
-                "outcome": "already-done",
+                "outcome": OUT_ALREADY_DONE,
                 "new_volume": _annotations(home.old_pv).get(TARGET_KEY),
             }
         if step is None:
@@ -733,16 +759,16 @@ class Mover:
             if row["action"] != MOVE:
                 return {
                     **outcome,
-                    "outcome": "skipped",
+                    "outcome": OUT_SKIPPED,
                     "reason": row["action"],
                     "running": row["running"],
                 }
         if step in (None, FAILED, RETAINED, COPYING, COPIED) and home.pods:
-            await self._abandon(home, "servers-running")
+            await self._abandon(home, WAIT_SERVERS)
             return {
                 **outcome,
-                "outcome": "blocked",
-                "reason": "servers-running",
+                "outcome": OUT_BLOCKED,
+                "reason": WAIT_SERVERS,
                 "running": server_names(home.pods),
             }
 
@@ -752,15 +778,15 @@ class Mover:
                 return {**outcome, **result}
             home = await self.home(claim)
         if home.step == COPIED and home.pods:
-            await self._abandon(home, "servers-running")
+            await self._abandon(home, WAIT_SERVERS)
             return {
                 **outcome,
-                "outcome": "blocked",
-                "reason": "servers-running",
+                "outcome": OUT_BLOCKED,
+                "reason": WAIT_SERVERS,
                 "running": server_names(home.pods),
             }
         new_pv = await self._swap(home)
-        return {**outcome, "outcome": "done", "new_volume": new_pv}
+        return {**outcome, "outcome": OUT_DONE, "new_volume": new_pv}
 
     async def _abandon(self, home: Home, problem: str) -> None:
         """A server uses the home: the copy (if any) may be stale.  Unmark the claim so the user
@@ -776,14 +802,14 @@ class Mover:
                 home.claim, {MIGRATION_ANNOTATION: None, MIGRATION_SINCE_ANNOTATION: None}
             )
 
-    async def _copy(self, home: Home) -> dict | None:
+    async def _copy(self, home: Home) -> JsonDict | None:
         """Steps 1-4; None when the copy is verified, else the outcome that stops the move."""
         claim, pvc = home.claim, home.pvc
         if pvc is None:
             raise MigrateError(f"claim {self.namespace}/{claim} is gone before its copy was made")
-        old_name = _spec(pvc).get("volumeName")
+        old_name: str | None = _spec(pvc).get("volumeName")
         old = home.old_pv if _meta(home.old_pv).get("name") == old_name else await self.pv(old_name)
-        if old is None:
+        if old is None or not old_name:
             raise MigrateError(
                 f"claim {self.namespace}/{claim}: its volume {old_name} is not readable"
             )
@@ -822,10 +848,10 @@ class Mover:
             home.pods = running
             home.old_pv = await self.pv(old_name)
             home.copy_pod = await self.pod(temporary_name(claim))
-            await self._abandon(home, "servers-running")
+            await self._abandon(home, WAIT_SERVERS)
             return {
-                "outcome": "blocked",
-                "reason": "servers-running",
+                "outcome": OUT_BLOCKED,
+                "reason": WAIT_SERVERS,
                 "running": server_names(running),
             }
 
@@ -871,12 +897,12 @@ class Mover:
             )
         await self.checkpoint(claim, "copy-started")
         summary = await self._wait_copy(claim, tmp_name)
-        if summary.get("result") == "servers-running":
+        if summary.get("result") == WAIT_SERVERS:
             home = await self.home(claim)
-            await self._abandon(home, "servers-running")
+            await self._abandon(home, WAIT_SERVERS)
             return {
-                "outcome": "blocked",
-                "reason": "servers-running",
+                "outcome": OUT_BLOCKED,
+                "reason": WAIT_SERVERS,
                 "running": summary["running"],
             }
         record = json.dumps(
@@ -900,7 +926,7 @@ class Mover:
                 claim, {MIGRATION_ANNOTATION: None, MIGRATION_SINCE_ANNOTATION: None}
             )
             return {
-                "outcome": "failed",
+                "outcome": OUT_FAILED,
                 "reason": f"copy-{summary.get('result')}",
                 "problems": summary.get("problems") or [],
             }
@@ -920,7 +946,7 @@ class Mover:
         nodes = sorted(attached_nodes(listing.get("items") or [], pv_name))
         return nodes[0] if len(nodes) == 1 else None
 
-    async def _wait_copy(self, claim: str, pod_name: str) -> dict:
+    async def _wait_copy(self, claim: str, pod_name: str) -> JsonDict:
         deadline = time.monotonic() + self.copy_timeout
         unplaced_deadline = time.monotonic() + self.bind_timeout
         while True:
@@ -932,7 +958,7 @@ class Mover:
                 return summary
             running = holders(await self.pods(), claim)
             if running:
-                return {"result": "servers-running", "running": server_names(running)}
+                return {"result": WAIT_SERVERS, "running": server_names(running)}
             if not _spec(pod).get("nodeName") and time.monotonic() > unplaced_deadline:
                 why = [
                     c.get("message") or c.get("reason") or ""
@@ -958,7 +984,7 @@ class Mover:
         claim = home.claim
         old_name = _meta(home.old_pv)["name"]
         tmp_name = temporary_name(claim)
-        new_name = _annotations(home.old_pv).get(TARGET_KEY)
+        new_name: str | None = _annotations(home.old_pv).get(TARGET_KEY)
         if home.step == COPIED:
             temporary = await self.pvc(tmp_name)
             if temporary is None or not _spec(temporary).get("volumeName"):
@@ -1067,7 +1093,7 @@ class Mover:
         await self._annotate_pv(old_name, {STEP_KEY: DONE, PROBLEM_KEY: None})
         return new_name
 
-    def _final_claim(self, home: Home, volume: Mapping, volume_name: str) -> dict:
+    def _final_claim(self, home: Home, volume: Obj | None, volume_name: str) -> JsonDict:
         """The home claim recreated on ``volume``, with the old claim's labels and annotations
         (recorded on the old volume before the old claim was deleted)."""
         try:
@@ -1112,20 +1138,22 @@ class Mover:
 
     # -- the way back -----------------------------------------------------------------------------
 
-    async def rollback(self, claim: str) -> dict:
+    async def rollback(self, claim: str) -> JsonDict:
         """Put ``claim`` back on its old volume.  The copy is kept when it may hold newer data
         (the move was done and the user may have worked since)."""
         home = await self.home(claim)
         step = home.step
-        old_name = _meta(home.old_pv).get("name")
+        old_name: str | None = _meta(home.old_pv).get("name")
         outcome = {"claim": claim, "user": home.user, "old_volume": old_name}
         if step is None:
-            return {**outcome, "outcome": "nothing-to-roll-back"}
+            return {**outcome, "outcome": OUT_NOTHING_TO_ROLL_BACK}
+        # a step is read from the old volume's annotations: that volume, and its name, exist
+        assert old_name is not None
         if home.pods:
             return {
                 **outcome,
-                "outcome": "blocked",
-                "reason": "servers-running",
+                "outcome": OUT_BLOCKED,
+                "reason": WAIT_SERVERS,
                 "running": server_names(home.pods),
             }
         tmp_name = temporary_name(claim)
@@ -1185,7 +1213,12 @@ class Mover:
             await self._delete_pvc(tmp_name, _meta(temporary)["uid"])
         new_name = _annotations(home.old_pv).get(TARGET_KEY)
         new = await self.pv(new_name) if step in (SWAPPING, DONE) else None
-        if new is not None and _spec(new).get("persistentVolumeReclaimPolicy") == "Retain":
+        # (pv() reads nothing for a missing name: `new` is there only when new_name is)
+        if (
+            new_name
+            and new is not None
+            and _spec(new).get("persistentVolumeReclaimPolicy") == "Retain"
+        ):
             # A retained copy: kept for the operator; no longer reserved for the home claim.
             ref = _spec(new).get("claimRef")
             if ref is not None and not ref.get("uid"):
@@ -1205,11 +1238,11 @@ class Mover:
         await self._annotate_pvc(
             claim, {MIGRATION_ANNOTATION: None, MIGRATION_SINCE_ANNOTATION: None, FROM_KEY: None}
         )
-        return {**outcome, "outcome": "rolled-back", "kept_volume": kept}
+        return {**outcome, "outcome": OUT_ROLLED_BACK, "kept_volume": kept}
 
     # -- status ---------------------------------------------------------------------------------
 
-    async def status(self, claims: Iterable[str] | None = None) -> list[dict]:
+    async def status(self, claims: Iterable[str] | None = None) -> list[JsonDict]:
         wanted = set(claims) if claims else None
         rows = []
         for home in await self.homes():
@@ -1255,16 +1288,16 @@ def hub_storage_class() -> str | None:
     return value or None
 
 
-async def apply_many(mover: Mover, claims: list[str], concurrency: int) -> list[dict]:
+async def apply_many(mover: Mover, claims: list[str], concurrency: int) -> list[JsonDict]:
     """Move several homes, at most ``concurrency`` at a time; one user's failure stops only
     that user's move."""
     gate = asyncio.Semaphore(max(1, concurrency))
 
-    async def one(claim: str) -> dict:
+    async def one(claim: str) -> JsonDict:
         async with gate:
             try:
                 return await mover.apply(claim)
             except MigrateError as exc:
-                return {"claim": claim, "outcome": "error", "reason": str(exc)}
+                return {"claim": claim, "outcome": OUT_ERROR, "reason": str(exc)}
 
     return list(await asyncio.gather(*(one(c) for c in claims)))

@@ -21,8 +21,6 @@ JsonDict = dict[str, Any]
 # access modes
 
 RWO, RWX, ROX, RWOP = "ReadWriteOnce", "ReadWriteMany", "ReadOnlyMany", "ReadWriteOncePod"
-#: modes that let more than one node use a volume (ReadOnlyMany only when mounted read-only)
-SHARED_MODES = (RWX, ROX)
 
 # --------------------------------------------------------------------------------------------------
 # labels and annotations

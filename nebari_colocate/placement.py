@@ -1,8 +1,9 @@
-"""decide(pod, state, policy) -> Decision: the decision contract of DESIGN section 5.  (pure)
+"""decide(pod, state, policy) -> Decision: the decision contract.  (pure)
 
-Read top to bottom in the order of the contract: claims, holders, pinned node, not pinned,
-pinned (fit or infer), premium guard.  The safe side (5.7) is :func:`safe_side`, used by the
-spawner when the state could not be gathered.
+Read top to bottom in the order of the contract (``docs/decisions.md``, "The contract, in
+order"): a home being moved, claims, holders, pinned node, not pinned, pinned (fit or infer),
+premium guard.  The safe side (step 7) is :func:`safe_side`, used by the spawner when the state
+could not be gathered.
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ from .objects import (
     MOVING,
     RWO,
     RWOP,
+    JsonDict,
+    Obj,
     holders,
     is_exclusive,
     is_terminal,
@@ -84,7 +87,7 @@ class Decision:
     node: str | None = None
     reasons: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
-    holder_pods: list[dict] = field(default_factory=list)
+    holder_pods: list[Obj] = field(default_factory=list)
     claims: list[str] = field(default_factory=list)
     #: the nodes a split claim is used on, for split-attachment
     split_nodes: list[str] = field(default_factory=list)
@@ -101,9 +104,9 @@ class Decision:
 
     @property
     def holders(self) -> list[str]:
-        return sorted({(p.get("metadata") or {}).get("name", "") for p in self.holder_pods})
+        return sorted({meta(p).get("name", "") for p in self.holder_pods})
 
-    def as_json(self, message: str = "") -> dict:
+    def as_json(self, message: str = "") -> JsonDict:
         """The ``simulate --json`` object (``docs/cli.md``: extend, never rename); its reasons
         and warnings are codes of :data:`REASON_CODES`, or ValueError."""
         unknown = [c for c in (*self.reasons, *self.warnings) if not is_reason_code(c)]
@@ -126,14 +129,14 @@ class Decision:
 # helpers on plain dicts
 
 
-def claim_modes(pvc: Mapping | None, policy: Policy) -> list[str]:
+def claim_modes(pvc: Obj | None, policy: Policy) -> list[str]:
     """Access modes of a claim; one not (yet) in the state has the configured mode."""
     if pvc is None:
         return [policy.storage_access_mode]
     return list(spec(pvc).get("accessModes") or [])
 
 
-def _moving(pvc: Mapping | None) -> bool:
+def _moving(pvc: Obj | None) -> bool:
     return (meta(pvc or {}).get("annotations") or {}).get(MIGRATION_ANNOTATION) == MOVING
 
 
@@ -141,8 +144,8 @@ def _moving(pvc: Mapping | None) -> bool:
 # the contract
 
 
-def decide(pod: Mapping, state: ClusterState, policy: Policy) -> Decision:
-    """Decide skip / colocate / refuse for ``pod`` given ``state`` (DESIGN section 5)."""
+def decide(pod: Obj, state: ClusterState, policy: Policy) -> Decision:
+    """Decide skip / colocate / refuse for ``pod`` given ``state`` (``docs/decisions.md``)."""
     namespace = meta(pod).get("namespace") or state.namespace
     own_name = meta(pod).get("name")
 
@@ -235,7 +238,7 @@ def decide(pod: Mapping, state: ClusterState, policy: Policy) -> Decision:
 
 
 def _read_only_everywhere(
-    pod: Mapping, claim: str, state: ClusterState, namespace: str, own_name: str | None
+    pod: Obj, claim: str, state: ClusterState, namespace: str, own_name: str | None
 ) -> bool:
     """The new pod and every other pod of the namespace that uses ``claim`` mount it read-only."""
     if not mounts_read_only(pod, claim):
@@ -251,7 +254,7 @@ def _read_only_everywhere(
 # without Node access: what the holders' own specs prove about the node
 
 
-def _known_labels(holders: Iterable[Mapping]) -> dict[str, str]:
+def _known_labels(holders: Iterable[Obj]) -> dict[str, str]:
     """A pod bound to a node with ``nodeSelector {k: v}`` proves the node has label k=v."""
     known: dict[str, str] = {}
     for holder in holders:
@@ -259,15 +262,15 @@ def _known_labels(holders: Iterable[Mapping]) -> dict[str, str]:
     return known
 
 
-def _requirement_known(req: Mapping, labels: Mapping[str, str]) -> bool | None:
+def _requirement_known(req: Obj, labels: Mapping[str, str]) -> bool | None:
     """Three-valued: True / False when the known labels decide it, None when they cannot."""
     key = req.get("key", "")
     if key not in labels:
         return None
-    return fit._label_matches(req, labels)
+    return fit.label_matches(req, labels)
 
 
-def _term_known(term: Mapping, labels: Mapping[str, str], node_name: str) -> bool | None:
+def _term_known(term: Obj, labels: Mapping[str, str], node_name: str) -> bool | None:
     """``node_name`` empty: a PV's term, whose matchFields VolumeBinding never checks."""
     expressions = term.get("matchExpressions") or []
     field_reqs = term.get("matchFields") or []
@@ -275,14 +278,14 @@ def _term_known(term: Mapping, labels: Mapping[str, str], node_name: str) -> boo
         return False
     results = [_requirement_known(r, labels) for r in expressions]
     if node_name:
-        results += [fit._field_matches(r, node_name) for r in field_reqs]
+        results += [fit.field_matches(r, node_name) for r in field_reqs]
     if False in results:
         return False
     return None if None in results else True
 
 
 def _inferred_misfit(
-    pod: Mapping, node_name: str, holders: list[Mapping], bound_pvs: list[Mapping]
+    pod: Obj, node_name: str, holders: list[Obj], bound_pvs: list[Obj]
 ) -> list[str]:
     """Reasons that are certain without reading the Node (labels proven by holders)."""
     labels = _known_labels(holders)
@@ -315,7 +318,7 @@ def _inferred_misfit(
 
 
 def safe_side(
-    pod: Mapping, known_pods: Iterable[Mapping], why: str, *, namespace: str | None = None
+    pod: Obj, known_pods: Iterable[Obj], why: str, *, namespace: str | None = None
 ) -> Decision:
     """When the state could not be gathered: never skip; pin to a holder's node if one is known.
 

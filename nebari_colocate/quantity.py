@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 import re
+import sys
 from decimal import Decimal
 from functools import lru_cache
 
@@ -41,6 +42,13 @@ _SUFFIX_LETTERS = re.compile(r"[eEinumkKMGTP]*")
 _KEPT_DIGITS = 80
 #: quantity texts longer than this are parsed every time instead of being cached
 _CACHED_LENGTH = 64
+
+
+def _end(pattern: re.Pattern[str], text: str, pos: int, endpos: int = sys.maxsize) -> int:
+    """Where the run of ``pattern`` that starts at ``pos`` ends (``pos`` for an empty run: every
+    pattern above matches the empty string)."""
+    match = pattern.match(text, pos, endpos)
+    return match.end() if match else pos
 
 
 class QuantityError(ValueError):
@@ -93,16 +101,16 @@ def _parse(text: str) -> int:
     end = len(text)
     pos = 1 if text[0] in "+-" else 0
     negative = text[0] == "-"
-    whole_end = _DIGITS.match(text, pos).end()
+    whole_end = _end(_DIGITS, text, pos)
     fraction_start = fraction_end = whole_end
     if whole_end < end and text[whole_end] == ".":
         fraction_start = whole_end + 1
-        fraction_end = _DIGITS.match(text, fraction_start).end()
+        fraction_end = _end(_DIGITS, text, fraction_start)
     suffix_start = fraction_end
-    letters_end = digits_start = _SUFFIX_LETTERS.match(text, suffix_start).end()
+    letters_end = digits_start = _end(_SUFFIX_LETTERS, text, suffix_start)
     if digits_start < end and text[digits_start] in "+-":
         digits_start += 1
-    if _DIGITS.match(text, digits_start).end() != end:
+    if _end(_DIGITS, text, digits_start) != end:
         raise _invalid(text)
 
     suffix = text[suffix_start:] if end - suffix_start <= 24 else None
@@ -112,16 +120,17 @@ def _parse(text: str) -> int:
     elif suffix in _BINARY_EXPONENTS:
         exponent, binary = 0, _BINARY_EXPONENTS[suffix]
     elif letters_end == suffix_start + 1 and text[suffix_start] in "eE":
-        exponent = _int64_exponent(text, suffix_start + 1)
-        if exponent is None:
+        parsed = _int64_exponent(text, suffix_start + 1)
+        if parsed is None:
             raise _invalid(text)
+        exponent = parsed
     else:
         raise _invalid(text)
 
     # The first significant digit, in the integer part or else in the fraction.
-    first = _ZEROS.match(text, pos, whole_end).end()
+    first = _end(_ZEROS, text, pos, whole_end)
     if first == whole_end:
-        first = _ZEROS.match(text, fraction_start, fraction_end).end()
+        first = _end(_ZEROS, text, fraction_start, fraction_end)
         if first == fraction_end:
             return 0
     # value = int(digits from `first`, the point removed) * 10**scale * 2**binary
@@ -166,7 +175,7 @@ def _any_nonzero(text: str, start: int, whole_end: int, frac_start: int, frac_en
     spans = [(start, whole_end), (frac_start, frac_end)] if start < whole_end else []
     if start >= whole_end:
         spans = [(max(start, frac_start), frac_end)]
-    return any(_ZEROS.match(text, a, b).end() < b for a, b in spans if a < b)
+    return any(_end(_ZEROS, text, a, b) < b for a, b in spans if a < b)
 
 
 def _int64_exponent(text: str, start: int) -> int | None:
@@ -176,7 +185,7 @@ def _int64_exponent(text: str, start: int) -> int | None:
     body = start + 1 if sign in ("+", "-") else start
     if body >= len(text):
         return None
-    significant = _ZEROS.match(text, body).end()
+    significant = _end(_ZEROS, text, body)
     if len(text) - significant > 19:
         return None
     value = int(text[significant:] or "0")

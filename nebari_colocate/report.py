@@ -21,6 +21,8 @@ from .objects import (
     SERVERNAME_ANNOTATION,
     USERNAME_ANNOTATION,
     USERNAME_LABEL,
+    JsonDict,
+    Obj,
     holder_nodes,
     holds_volume,
     is_exclusive,
@@ -49,18 +51,18 @@ def server_display(name: str) -> str:
     return name or "(default)"
 
 
-def _server_key(pod: Mapping) -> tuple:
+def _server_key(pod: Obj) -> tuple[bool, str, str]:
     server = pod_server(pod)
     return (server != "", server, meta(pod).get("name", ""))
 
 
-def user_pods(pods: Iterable[Mapping], username: str, label_value: str) -> list[dict]:
+def user_pods(pods: Iterable[Obj], username: str, label_value: str) -> list[JsonDict]:
     """The user's pods, default server first, then by server name."""
     return sorted((dict(p) for p in pods if owned_by(p, username, label_value)), key=_server_key)
 
 
 def user_claims(
-    own_pods: Iterable[Mapping], pvcs: Mapping[str, Mapping], username: str, label_value: str
+    own_pods: Iterable[Obj], pvcs: Mapping[str, Obj], username: str, label_value: str
 ) -> list[str]:
     """Claims the user's pods mount, plus claims KubeSpawner created for the user (it writes the
     username annotation on the PVCs it creates)."""
@@ -69,13 +71,13 @@ def user_claims(
     return sorted(names)
 
 
-def _phase(pod: Mapping) -> str:
+def _phase(pod: Obj) -> str:
     if meta(pod).get("deletionTimestamp"):
         return "Terminating"
     return (pod.get("status") or {}).get("phase") or "Pending"
 
 
-def _shared_tolerations(own_pods: Sequence[Mapping]) -> list[dict]:
+def _shared_tolerations(own_pods: Sequence[Obj]) -> list[JsonDict]:
     """Tolerations every one of the user's pods has: the deployment-wide ones (such as
     zero-to-jupyterhub's ``hub.jupyter.org/dedicated=user``), not a profile's."""
     if not own_pods:
@@ -90,8 +92,8 @@ def minimal_pod(
     server: str,
     namespace: str,
     claims: Sequence[str],
-    own_pods: Sequence[Mapping],
-) -> dict:
+    own_pods: Sequence[Obj],
+) -> JsonDict:
     """The pod ``explain`` judges without ``--pod``: no requests, no node selection, the user's
     claims, and the tolerations all of the user's running servers share.
 
@@ -102,7 +104,7 @@ def minimal_pod(
     annotations = {USERNAME_ANNOTATION: username}
     if server:
         annotations[SERVERNAME_ANNOTATION] = server
-    spec: dict = {
+    spec: JsonDict = {
         "containers": [{"name": "notebook", "image": "nebari-colocate-explain"}],
         "volumes": [
             {"name": f"volume-{i}", "persistentVolumeClaim": {"claimName": c}}
@@ -129,13 +131,13 @@ def minimal_pod(
 # nodes
 
 
-def _resource_key(resource: str) -> tuple:
+def _resource_key(resource: str) -> tuple[int, int, str]:
     if resource in _RESOURCE_ORDER:
         return (0, _RESOURCE_ORDER.index(resource), resource)
     return (1, 0, resource)
 
 
-def node_headroom(node: Mapping, pods: Iterable[Mapping]) -> dict[str, dict[str, int]]:
+def node_headroom(node: Obj, pods: Iterable[Obj]) -> dict[str, dict[str, int]]:
     """Per resource: allocatable, requested (by the pods bound to the node that are not finished,
     as the scheduler counts them) and free.  Resources with nothing allocatable or requested are
     left out (kubelets report ``hugepages-*: 0``)."""
@@ -172,11 +174,11 @@ def explain_report(
     snapshot: ClusterState,
     *,
     server: str,
-    pod: Mapping,
+    pod: Obj,
     pod_source: str,
     decision: Decision,
     policy: Policy,
-) -> dict:
+) -> JsonDict:
     """The JSON of ``nebari-colocate explain``: servers, claims, nodes, and the new server."""
     namespace = snapshot.namespace
     pvcs = snapshot.claims_of()
@@ -256,8 +258,8 @@ def explain_report(
     }
 
 
-def _node_row(name: str, snapshot: ClusterState, policy: Policy) -> dict:
-    row: dict = {
+def _node_row(name: str, snapshot: ClusterState, policy: Policy) -> JsonDict:
+    row: JsonDict = {
         "name": name,
         "readable": snapshot.nodes is not None,
         "found": None,
@@ -279,7 +281,7 @@ def _node_row(name: str, snapshot: ClusterState, policy: Policy) -> dict:
     return row
 
 
-def _join(items: Iterable[str], empty: str = "-") -> str:
+def _cell_list(items: Iterable[str], empty: str = "-") -> str:
     items = list(items)
     return ", ".join(items) if items else empty
 
@@ -301,7 +303,7 @@ def _percent(used: int, have: int) -> str:
     return f" ({round(100 * used / have)}%)" if have > 0 else ""
 
 
-def _node_title(row: Mapping, report: Mapping) -> str:
+def _node_title(row: Obj, report: Obj) -> str:
     flags = []
     if row["name"] == report.get("pinned_node"):
         if report.get("pinned_by") == PINNED_BY_ATTACHMENT:
@@ -317,7 +319,7 @@ def _node_title(row: Mapping, report: Mapping) -> str:
     return f"Node {row['name']}" + (f" ({'; '.join(flags)})" if flags else "")
 
 
-def render_explain(report: Mapping) -> str:
+def render_explain(report: Obj) -> str:
     """The human form of :func:`explain_report`."""
     user, namespace = report["user"], report["namespace"]
     lines = [f"User {user} in namespace {namespace}", ""]
@@ -332,7 +334,7 @@ def render_explain(report: Mapping) -> str:
                     s["pod"],
                     s["node"] or "-",
                     s["phase"],
-                    _join(s["claims"]),
+                    _cell_list(s["claims"]),
                 )
                 for s in report["servers"]
             ),
@@ -348,11 +350,11 @@ def render_explain(report: Mapping) -> str:
             (
                 (
                     c["claim"],
-                    _join(c["access_modes"]) + ("" if c["exists"] else " (not created yet)"),
+                    _cell_list(c["access_modes"]) + ("" if c["exists"] else " (not created yet)"),
                     "yes" if c["exclusive"] else "no",
                     c["volume"] or "-",
-                    _join(c["in_use_on"]),
-                    "?" if c["attached_on"] is None else _join(c["attached_on"]),
+                    _cell_list(c["in_use_on"]),
+                    "?" if c["attached_on"] is None else _cell_list(c["attached_on"]),
                 )
                 for c in report["claims"]
             ),
@@ -387,7 +389,7 @@ def render_explain(report: Mapping) -> str:
 
     new = report["new_server"]
     if new["pod"] == "minimal":
-        what = "a pod that requests nothing and mounts " + _join(new["claims"], "no claim")
+        what = "a pod that requests nothing and mounts " + _cell_list(new["claims"], "no claim")
     else:
         what = f"the pod in {new['pod']}"
     if new["replaces"]:
@@ -423,13 +425,17 @@ def _server_phrase(server: str) -> str:
 # audit
 
 
-def _claim_exclusive(name: str, pvcs: Mapping[str, Mapping], pods, policy: Policy) -> bool:
+def _claim_exclusive(
+    name: str, pvcs: Mapping[str, Obj], pods: Iterable[Obj], policy: Policy
+) -> bool:
     """Exclusive as ``decide`` judges it: read-only everywhere counts for ReadOnlyMany."""
     read_only = all(mounts_read_only(p, name) for p in pods if name in pod_claims(p))
     return is_exclusive(claim_modes(pvcs.get(name), policy), read_only)
 
 
-def audit_report(snapshot: ClusterState, policy: Policy, *, deployment_mode_given: bool) -> dict:
+def audit_report(
+    snapshot: ClusterState, policy: Policy, *, deployment_mode_given: bool
+) -> JsonDict:
     """The JSON of ``nebari-colocate audit``.
 
     ``policy.storage_access_mode`` is the deployment's mode; RWO claims left in a ReadWriteMany
@@ -442,7 +448,7 @@ def audit_report(snapshot: ClusterState, policy: Policy, *, deployment_mode_give
     exclusive = {c for c in all_claims if _claim_exclusive(c, pvcs, pods, policy)}
 
     # Users pinned by exclusive claims: their bound pods that mount one.
-    pinned: dict[str, dict] = {}
+    pinned: dict[str, JsonDict] = {}
     for pod in sorted(live, key=lambda p: (pod_user(p), *_server_key(p))):
         user = pod_user(pod)
         claims = [c for c in pod_claims(pod) if c in exclusive]
@@ -486,7 +492,6 @@ def audit_report(snapshot: ClusterState, policy: Policy, *, deployment_mode_give
     splits = []
     for name in sorted(exclusive):
         by_node = holder_nodes(live, name)
-        pvc = pvcs.get(name)
         attached = (
             sorted(snapshot.attached_nodes(snapshot.namespace, name))
             if snapshot.volume_attachments is not None
@@ -518,14 +523,15 @@ def audit_report(snapshot: ClusterState, policy: Policy, *, deployment_mode_give
     }
 
 
-def _stranded_pods(live: list[dict], snapshot: ClusterState, policy: Policy) -> list[dict]:
-    """User pods on premium nodes that request no premium resource (failure mode 2).
+def _stranded_pods(live: list[Obj], snapshot: ClusterState, policy: Policy) -> list[JsonDict]:
+    """User pods on premium nodes that request no premium resource (``docs/failure-modes.md``,
+    "2. GPU node kept alive").
 
     Without Node access a node counts as premium only when a pod of the namespace bound to it
     requests a premium resource (so a pod left alone there is not found).
     """
     resources = policy.premium_resources
-    by_node: dict[str, list[dict]] = {}
+    by_node: dict[str, list[Obj]] = {}
     for pod in live:
         by_node.setdefault(spec(pod)["nodeName"], []).append(pod)
     result = []
@@ -560,7 +566,7 @@ def _stranded_pods(live: list[dict], snapshot: ClusterState, policy: Policy) -> 
     return result
 
 
-def render_audit(report: Mapping) -> str:
+def render_audit(report: Obj) -> str:
     """The human form of :func:`audit_report`."""
     mode = report["storage_access_mode"]
     head = f"Audit of namespace {report['namespace']}"
@@ -576,9 +582,9 @@ def render_audit(report: Mapping) -> str:
             (
                 (
                     u["user"],
-                    _join(u["nodes"]),
-                    _join(server_display(s["server"]) for s in u["servers"]),
-                    _join(u["claims"]),
+                    _cell_list(u["nodes"]),
+                    _cell_list(server_display(s["server"]) for s in u["servers"]),
+                    _cell_list(u["claims"]),
                 )
                 for u in pinned
             ),
@@ -596,11 +602,11 @@ def render_audit(report: Mapping) -> str:
                     server_display(s["server"]),
                     s["pod"],
                     s["node"],
-                    _join(
+                    _cell_list(
                         f"{k}={v}" if not s["inferred"] else f"{k} (inferred)"
                         for k, v in s["node_premium"].items()
                     ),
-                    _join(s["premium_pods_on_node"], "none: this pod alone keeps the node"),
+                    _cell_list(s["premium_pods_on_node"], "none: this pod alone keeps the node"),
                 )
                 for s in stranded
             ),
@@ -621,10 +627,10 @@ def render_audit(report: Mapping) -> str:
                 (
                     (
                         c["claim"],
-                        _join(c["users"]),
-                        _join(c["access_modes"]),
+                        _cell_list(c["users"]),
+                        _cell_list(c["access_modes"]),
                         c["storage_class"] or "-",
-                        _join(c["in_use_by"]),
+                        _cell_list(c["in_use_by"]),
                     )
                     for c in rwo
                 ),
@@ -640,9 +646,11 @@ def render_audit(report: Mapping) -> str:
             (
                 (
                     s["claim"],
-                    _join(s["nodes"]),
-                    _join(f"{pod}@{node}" for node, names in s["pods"].items() for pod in names),
-                    "?" if s["attached_on"] is None else _join(s["attached_on"]),
+                    _cell_list(s["nodes"]),
+                    _cell_list(
+                        f"{pod}@{node}" for node, names in s["pods"].items() for pod in names
+                    ),
+                    "?" if s["attached_on"] is None else _cell_list(s["attached_on"]),
                 )
                 for s in splits
             ),

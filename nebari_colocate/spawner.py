@@ -23,9 +23,10 @@ import asyncio
 import contextlib
 import json
 import time
+from collections.abc import AsyncIterator
 from datetime import datetime, timezone
 from types import SimpleNamespace
-from typing import ClassVar
+from typing import Any, ClassVar, NoReturn
 
 from kubespawner import KubeSpawner
 from kubespawner.slugs import is_valid_label, safe_slug
@@ -65,14 +66,15 @@ from .jupyterhub import (
     uncount_refusal,
 )
 from .locks import UserLocks
-from .objects import SERVERNAME_ANNOTATION, USERNAME_ANNOTATION
+from .objects import SERVERNAME_ANNOTATION, USERNAME_ANNOTATION, JsonDict
 from .placement import REFUSE, SKIP, Decision, Policy, decide, safe_side
-from .view import ClusterView, DirectReader, ViewNotLive, admitted_pod
+from .state import ClusterState
+from .view import ClusterView, DirectReader, ViewNotLive, admitted_pod, sweep_late_pod
 
 __all__ = ["JUPYTERHUB_MAJOR", "ColocatingKubeSpawner", "ColocationRefused", "KubernetesApiFault"]
 
 
-def _placement_fingerprint(pod: dict) -> str:
+def _placement_fingerprint(pod: JsonDict) -> str:
     """The parts of a manifest the decision depends on."""
     spec = pod.get("spec") or {}
     keys = (
@@ -91,7 +93,7 @@ def _placement_fingerprint(pod: dict) -> str:
     return json.dumps(relevant, sort_keys=True, default=str)
 
 
-class ColocatingKubeSpawner(KubeSpawner):
+class ColocatingKubeSpawner(KubeSpawner):  # type: ignore[misc]  # KubeSpawner ships no types
     """A KubeSpawner that co-locates a user's servers on exclusive (ReadWriteOnce) volumes.
 
     Before a server pod is created it looks at the user's other running servers and the
@@ -227,40 +229,41 @@ class ColocatingKubeSpawner(KubeSpawner):
     #: per-user locks; class level so all spawners of the hub share them
     _colocation_locks: ClassVar[UserLocks] = UserLocks()
     #: running sweeps after API faults (strong references: the loop keeps only weak ones)
-    _api_fault_sweeps: ClassVar[set] = set()
+    _api_fault_sweeps: ClassVar[set[asyncio.Future[None]]] = set()
 
     # ------------------------------------------------------------------------------------------
     # configuration
 
     @default("storage_access_modes")
-    def _default_storage_access_modes(self):
+    def _default_storage_access_modes(self) -> list[str]:
         return [self.storage_access_mode]
 
     @validate("colocation_label_key")
-    def _validate_label_key(self, proposal):
+    def _validate_label_key(self, proposal: dict[str, Any]) -> str:
         return check_label_key(proposal["value"])
 
     @validate("premium_resources")
-    def _validate_premium_resources(self, proposal):
+    def _validate_premium_resources(self, proposal: dict[str, Any]) -> Any:
         return check_premium_resources(proposal["value"])
 
     @validate("colocation_check_timeout")
-    def _validate_timeout(self, proposal):
+    def _validate_timeout(self, proposal: dict[str, Any]) -> float:
         return check_timeout(proposal["value"])
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.check_colocation_config()
         self._colocation_lock_held = False
         self._colocation_checked: tuple[str, Decision] | None = None
-        self._colocation_release_task: asyncio.Future | None = None
+        self._colocation_release_task: asyncio.Future[None] | None = None
         self._colocation_decision: Decision | None = None
         self._event_verdict: EventVerdict | None = None
         self._requests_premium = False
         self._held_refusal: ColocationRefused | None = None
+        self._api_fault_sweep: asyncio.Future[None] | None = None
         #: the last refusal of this server, {"message", "html"}, until its next start (the home
         #: page nebari-colocate installs for jhub-apps shows it)
-        self.colocation_failure: dict | None = None
+        self.colocation_failure: dict[str, str] | None = None
         #: seconds of the last check, the dry run's API round trip apart (benchmarks read it)
         self.colocation_timings: dict[str, float] = {}
 
@@ -300,7 +303,7 @@ class ColocatingKubeSpawner(KubeSpawner):
     @property
     def colocation_label_value(self) -> str:
         """KubeSpawner's safe slug of the username, valid as a label value."""
-        return safe_slug(self.user.name, is_valid=is_valid_label)
+        return str(safe_slug(self.user.name, is_valid=is_valid_label))
 
     def colocation_policy(self) -> Policy:
         return Policy(
@@ -352,7 +355,7 @@ class ColocatingKubeSpawner(KubeSpawner):
     # ------------------------------------------------------------------------------------------
     # the check
 
-    def _reflector_pods(self) -> list[dict] | None:
+    def _reflector_pods(self) -> list[JsonDict] | None:
         reflector = self.pod_reflector
         if reflector is None or not reflector.first_load_future.done():
             return None
@@ -364,7 +367,7 @@ class ColocatingKubeSpawner(KubeSpawner):
         """The live view of this hub's namespace, shared by every spawner (started lazily)."""
         return ClusterView.shared(self.api.api_client, self.namespace)
 
-    async def _colocation_state(self, view: ClusterView, pod: dict):
+    async def _colocation_state(self, view: ClusterView, pod: JsonDict) -> ClusterState:
         """The state from the live view, or from direct reads while it is not live."""
         try:
             return await view.state_for(pod, first_sync=self.colocation_check_timeout / 2)
@@ -379,7 +382,7 @@ class ColocatingKubeSpawner(KubeSpawner):
             metrics.observe_view_fallback()
             return await DirectReader(self.api.api_client, self.namespace).state_for(pod)
 
-    async def _admitted(self, pod: dict, deadline: float) -> dict | None:
+    async def _admitted(self, pod: JsonDict, deadline: float) -> JsonDict | None:
         """The pod after admission (server-side dry run), or None (logged) when refused."""
         remaining = deadline - time.perf_counter()
         try:
@@ -401,7 +404,7 @@ class ColocatingKubeSpawner(KubeSpawner):
         metrics.observe_dry_run("admitted")
         return admitted
 
-    async def colocation_decide(self, pod: dict) -> Decision:
+    async def colocation_decide(self, pod: JsonDict) -> Decision:
         """Gather the state and decide; any error or timeout takes the safe side.
 
         A pinned decision is taken again on the pod as admitted (server-side dry run), so
@@ -453,7 +456,7 @@ class ColocatingKubeSpawner(KubeSpawner):
         log("%s seconds=%.3f dry_run_seconds=%.3f", line, elapsed, dry_run)
         return decision
 
-    def _refusal(self, decision: Decision, pod: dict) -> ColocationRefused:
+    def _refusal(self, decision: Decision, pod: JsonDict) -> ColocationRefused:
         args = {
             "username": self.user.name,
             "server_name": self.name,
@@ -486,10 +489,11 @@ class ColocatingKubeSpawner(KubeSpawner):
         finally:
             self._held_refusal = None
 
-    def _serialize(self, pod) -> dict:
-        return self.api.api_client.sanitize_for_serialization(pod)
+    def _serialize(self, pod: Any) -> JsonDict:
+        serialized: JsonDict = self.api.api_client.sanitize_for_serialization(pod)
+        return serialized
 
-    async def _check(self, pod: dict) -> Decision:
+    async def _check(self, pod: JsonDict) -> Decision:
         decision = await self.colocation_decide(pod)
         if decision.verdict == REFUSE:
             self._release_colocation_lock()
@@ -499,7 +503,7 @@ class ColocatingKubeSpawner(KubeSpawner):
             raise refusal
         return decision
 
-    async def load_user_options(self):
+    async def load_user_options(self) -> None:
         """Apply the profile, then run the check before the PVC or the pod exists."""
         await super().load_user_options()
         self.colocation_failure = None
@@ -512,7 +516,7 @@ class ColocatingKubeSpawner(KubeSpawner):
         decision = await self._check(pod)
         self._colocation_checked = (_placement_fingerprint(pod), decision)
 
-    async def get_pod_manifest(self):
+    async def get_pod_manifest(self) -> Any:
         """KubeSpawner's manifest with the co-location label and affinity merged in."""
         pod = self._serialize(await super().get_pod_manifest())
         checked = self._colocation_checked
@@ -561,7 +565,7 @@ class ColocatingKubeSpawner(KubeSpawner):
             wants_gpu=self._requests_premium,
         )
 
-    async def _watch_events(self, start_future: asyncio.Future) -> EventVerdict | None:
+    async def _watch_events(self, start_future: asyncio.Future[Any]) -> EventVerdict | None:
         """Poll the event reflector until the start finishes or a verdict says fail."""
         while not start_future.done():
             if self.event_reflector is not None and self._colocation_decision is not None:
@@ -578,7 +582,7 @@ class ColocatingKubeSpawner(KubeSpawner):
     #: stalled API server can be carried out after the spawn ended), to delete it
     api_fault_sweep_seconds = 600.0
 
-    async def start(self):
+    async def start(self) -> Any:
         """KubeSpawner's start, ended early when the pod's events say it cannot succeed; a spawn
         the Kubernetes API fails ends with words (:class:`KubernetesApiFault`)."""
         self._stop_api_fault_sweep()
@@ -619,62 +623,23 @@ class ColocatingKubeSpawner(KubeSpawner):
         self._api_fault_sweep = None
 
     async def _sweep_after_api_fault(self, pod_name: str, started: float) -> None:
-        """Delete the pod of a spawn the API failed, if it appears: requests sent to a stalled API
-        server are carried out when it resumes, after the spawn (and JupyterHub's cleanup) gave
-        up.  Only a pod created before the spawn ended is deleted; a new start of this server
-        cancels the sweep.  Ends once the API answered "not found" twice, 5 s apart."""
-        from kubernetes_asyncio.client import V1DeleteOptions, V1Preconditions
-        from kubernetes_asyncio.client.exceptions import ApiException
+        await sweep_late_pod(
+            self.api,
+            self.namespace,
+            pod_name,
+            started=started,
+            seconds=self.api_fault_sweep_seconds,
+            request_timeout=self.k8s_api_request_timeout,
+            grace_period=self.delete_grace_period,
+            deleting=lambda created: self.log.warning(
+                messages.late_pod_delete_line(pod_name, created, started)
+            ),
+            delete_failed=lambda exc: self.log.info(
+                messages.late_pod_delete_failed_line(pod_name, exc)
+            ),
+        )
 
-        ended = time.time()
-        deadline = time.monotonic() + self.api_fault_sweep_seconds
-        delay, absent_since = 1.0, None
-        while time.monotonic() < deadline:
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 10.0)
-            try:
-                pod = await asyncio.wait_for(
-                    self.api.read_namespaced_pod(pod_name, self.namespace),
-                    self.k8s_api_request_timeout,
-                )
-            except ApiException as exc:
-                if exc.status != 404:
-                    continue
-                now = time.monotonic()
-                absent_since = absent_since or now
-                if now - absent_since >= 5:
-                    return
-                delay = 2.5
-                continue
-            except Exception:  # the API is still down: keep trying until the deadline
-                continue
-            absent_since = None
-            created = pod.metadata.creation_timestamp
-            if created is not None and created.timestamp() > ended + 1:
-                return  # a pod of a later spawn: not ours to delete
-            self.log.warning(
-                "colocate: deleting pod %s of a spawn the API failed (created at %s, after the "
-                "spawn that started at %s gave up)",
-                pod_name,
-                created,
-                datetime.fromtimestamp(started, timezone.utc).isoformat(),
-            )
-            try:
-                await asyncio.wait_for(
-                    self.api.delete_namespaced_pod(
-                        pod_name,
-                        self.namespace,
-                        body=V1DeleteOptions(
-                            grace_period_seconds=self.delete_grace_period,
-                            preconditions=V1Preconditions(uid=pod.metadata.uid),
-                        ),
-                    ),
-                    self.k8s_api_request_timeout,
-                )
-            except Exception as exc:
-                self.log.info("colocate: delete of %s failed (%s); retrying", pod_name, exc)
-
-    async def _start_failing_fast(self):
+    async def _start_failing_fast(self) -> Any:
         self._event_verdict = None
         # The decision belongs to one spawn: a previous spawn's, with the events of the previous
         # pod of this name (KubeSpawner's ``events`` shows them all until ``_start`` sets its
@@ -694,7 +659,9 @@ class ColocatingKubeSpawner(KubeSpawner):
                 watcher.cancel()
         return await self._end_hopeless_spawn(start_future, verdict)
 
-    async def _end_hopeless_spawn(self, start_future: asyncio.Future, verdict: EventVerdict):
+    async def _end_hopeless_spawn(
+        self, start_future: asyncio.Future[Any], verdict: EventVerdict
+    ) -> NoReturn:
         self._event_verdict = verdict
         start_future.cancel()
         with contextlib.suppress(BaseException):
@@ -717,7 +684,7 @@ class ColocatingKubeSpawner(KubeSpawner):
         uncount_refusal(self)
         raise refusal
 
-    async def progress(self):
+    async def progress(self) -> AsyncIterator[dict[str, Any]]:
         """Progress of the spawn for the spawn-pending page, in plain language.
 
         Like KubeSpawner's, it reports this pod's events until the start finishes, but it tracks
@@ -728,7 +695,7 @@ class ColocatingKubeSpawner(KubeSpawner):
         if not self.events_enabled:
             return
         await self._start_watching_events()
-        seen: set[str] = set()
+        seen: set[object] = set()  # uids, or ids of events without one
         progress = 0.0
         last_text = ""
         started = time.perf_counter()
@@ -774,5 +741,5 @@ class ColocatingKubeSpawner(KubeSpawner):
             await asyncio.sleep(1)
 
 
-def _built_by_jhub_apps(cls) -> bool:
+def _built_by_jhub_apps(cls: type) -> bool:
     return any(base.__module__.startswith("jhub_apps") for base in cls.__mro__)

@@ -10,27 +10,46 @@ is built once, in the constructor, and the snapshot is read-only afterwards (lik
 from __future__ import annotations
 
 import contextlib
+import enum
 import json
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, cast
 
 from .fit import node_usage, pod_requests
-from .objects import attached_nodes, attachment_pv, is_terminal, pod_claims, spec
+from .objects import (
+    JsonDict,
+    Obj,
+    attached_nodes,
+    attachment_pv,
+    is_terminal,
+    meta,
+    pod_claims,
+    spec,
+)
+from .validate import InvalidObject, check_objects
+
+if TYPE_CHECKING:  # imported when a file is read: the pure core never needs it
+    import yaml
 
 KINDS = ("Node", "Pod", "PersistentVolumeClaim", "PersistentVolume", "VolumeAttachment")
 
-_DEFAULT = object()
+
+class _Readable(enum.Enum):
+    """The default of ``nodes`` and ``volume_attachments``: readable, and none (None means
+    "not readable")."""
+
+    EMPTY = "readable and empty"
 
 
 class StateError(Exception):
     """The state could not be gathered or read; the message names the source and the problem."""
 
 
-def _pod_key(pod: Mapping, namespace: str) -> str:
-    meta = pod.get("metadata") or {}
-    return f"{meta.get('namespace') or namespace}/{meta.get('name')}"
+def _pod_key(pod: Obj, namespace: str) -> str:
+    return f"{meta(pod).get('namespace') or namespace}/{meta(pod).get('name')}"
 
 
 class ClusterState:
@@ -46,7 +65,6 @@ class ClusterState:
         "_attachments_by_pv",
         "_by_claim",
         "_by_node",
-        "_frozen",
         "_requests_memo",
         "_usage_memo",
         "namespace",
@@ -58,14 +76,27 @@ class ClusterState:
         "pvs",
         "volume_attachments",
     )
+    namespace: str
+    pods: tuple[Obj, ...]
+    pvcs: Mapping[str, Obj]  # "namespace/name" -> PVC
+    pvs: Mapping[str, Obj]  # name -> PV
+    volume_attachments: tuple[Obj, ...] | None
+    nodes: Mapping[str, Obj] | None
+    node_pods_complete: bool
+    notes: tuple[str, ...]
+    _by_claim: Mapping[str, tuple[Obj, ...]]
+    _by_node: Mapping[str, tuple[Obj, ...]]
+    _attachments_by_pv: Mapping[str, tuple[Obj, ...]]
+    _requests_memo: dict[int, tuple[Obj, Mapping[str, int]]]
+    _usage_memo: dict[str, tuple[dict[str, int], int]]
 
     def __init__(
         self,
-        pods: Iterable[Mapping] = (),
-        pvcs: Mapping[str, Mapping] | None = None,
-        pvs: Mapping[str, Mapping] | None = None,
-        volume_attachments: Iterable[Mapping] | None = _DEFAULT,  # type: ignore[assignment]
-        nodes: Mapping[str, Mapping] | None = _DEFAULT,  # type: ignore[assignment]
+        pods: Iterable[Obj] = (),
+        pvcs: Mapping[str, Obj] | None = None,
+        pvs: Mapping[str, Obj] | None = None,
+        volume_attachments: Iterable[Obj] | _Readable | None = _Readable.EMPTY,
+        nodes: Mapping[str, Obj] | _Readable | None = _Readable.EMPTY,
         *,
         node_pods_complete: bool = True,
         namespace: str = "default",
@@ -74,31 +105,31 @@ class ClusterState:
         set_ = object.__setattr__
         set_(self, "namespace", namespace)
         set_(self, "pods", tuple(pods))
-        set_(self, "pvcs", MappingProxyType(dict(pvcs or {})))  # "namespace/name" -> PVC
-        set_(self, "pvs", MappingProxyType(dict(pvs or {})))  # name -> PV
-        if volume_attachments is _DEFAULT:
+        set_(self, "pvcs", MappingProxyType(dict(pvcs or {})))
+        set_(self, "pvs", MappingProxyType(dict(pvs or {})))
+        if isinstance(volume_attachments, _Readable):
             volume_attachments = ()
         set_(
             self,
             "volume_attachments",
             None if volume_attachments is None else tuple(volume_attachments),
         )
-        if nodes is _DEFAULT:
+        if isinstance(nodes, _Readable):
             nodes = {}
         set_(self, "nodes", None if nodes is None else MappingProxyType(dict(nodes)))
         set_(self, "node_pods_complete", bool(node_pods_complete))
         set_(self, "notes", tuple(notes))
 
-        by_claim: dict[str, list[dict]] = {}
-        by_node: dict[str, list[dict]] = {}
+        by_claim: dict[str, list[Obj]] = {}
+        by_node: dict[str, list[Obj]] = {}
         for pod in self.pods:
-            pod_namespace = (pod.get("metadata") or {}).get("namespace") or namespace
+            pod_namespace = meta(pod).get("namespace") or namespace
             for claim in pod_claims(pod):
                 by_claim.setdefault(f"{pod_namespace}/{claim}", []).append(pod)
             node_name = spec(pod).get("nodeName")
             if node_name:
                 by_node.setdefault(node_name, []).append(pod)
-        by_pv: dict[str, list[dict]] = {}
+        by_pv: dict[str, list[Obj]] = {}
         for va in self.volume_attachments or ():
             pv = attachment_pv(va)
             if pv:
@@ -109,9 +140,8 @@ class ClusterState:
         # Memos of values derived from the (immutable) pods: caches, never observable.
         set_(self, "_requests_memo", {})
         set_(self, "_usage_memo", {})
-        set_(self, "_frozen", True)
 
-    def __setattr__(self, name: str, value) -> None:
+    def __setattr__(self, name: str, value: object) -> None:
         raise AttributeError(f"ClusterState is immutable: build a new one (replace({name}=...))")
 
     def __repr__(self) -> str:
@@ -121,9 +151,9 @@ class ClusterState:
             f"pvcs={len(self.pvcs)}, pvs={len(self.pvs)}, nodes={nodes})"
         )
 
-    def replace(self, **changes) -> ClusterState:
+    def replace(self, **changes: Any) -> ClusterState:
         """A new snapshot with some fields changed (its indexes built afresh)."""
-        fields = {
+        fields: dict[str, Any] = {
             "pods": self.pods,
             "pvcs": self.pvcs,
             "pvs": self.pvs,
@@ -139,33 +169,29 @@ class ClusterState:
     # ----------------------------------------------------------------------------------------
     # reads
 
-    def pods_mounting(self, namespace: str, claim: str) -> tuple[dict, ...]:
+    def pods_mounting(self, namespace: str, claim: str) -> tuple[Obj, ...]:
         """Pods of ``namespace`` with a volume of claim ``claim``."""
         return self._by_claim.get(f"{namespace}/{claim}", ())
 
-    def pods_on_node(self, node_name: str) -> tuple[dict, ...]:
+    def pods_on_node(self, node_name: str) -> tuple[Obj, ...]:
         """Pods (of every namespace when ``node_pods_complete``) with ``spec.nodeName``."""
         return self._by_node.get(node_name, ())
 
-    def namespace_pods(self, namespace: str | None = None) -> list[dict]:
+    def namespace_pods(self, namespace: str | None = None) -> list[Obj]:
         """The pods of ``namespace`` (default: the snapshot's namespace)."""
         namespace = namespace or self.namespace
-        return [
-            p
-            for p in self.pods
-            if ((p.get("metadata") or {}).get("namespace") or self.namespace) == namespace
-        ]
+        return [p for p in self.pods if (meta(p).get("namespace") or self.namespace) == namespace]
 
-    def claims_of(self, namespace: str | None = None) -> dict[str, dict]:
+    def claims_of(self, namespace: str | None = None) -> dict[str, Obj]:
         """Claim name -> PVC, for the PVCs of ``namespace`` (default: the snapshot's)."""
         prefix = f"{namespace or self.namespace}/"
         return {k[len(prefix) :]: v for k, v in self.pvcs.items() if k.startswith(prefix)}
 
-    def attachments_of(self, pv_name: str | None) -> tuple[dict, ...]:
+    def attachments_of(self, pv_name: str | None) -> tuple[Obj, ...]:
         """The VolumeAttachments of a PV (empty when unreadable)."""
         return self._attachments_by_pv.get(pv_name, ()) if pv_name else ()
 
-    def requests_of(self, pod: Mapping) -> Mapping[str, int]:
+    def requests_of(self, pod: Obj) -> Mapping[str, int]:
         """``fit.pod_requests`` of a pod of this state, computed once per pod."""
         memo = self._requests_memo
         entry = memo.get(id(pod))
@@ -173,7 +199,7 @@ class ClusterState:
             entry = memo[id(pod)] = (pod, pod_requests(pod))
         return entry[1]
 
-    def node_usage(self, node_name: str, exclude: str | None = None) -> tuple[dict, int]:
+    def node_usage(self, node_name: str, exclude: str | None = None) -> tuple[dict[str, int], int]:
         """(requests, pod count) of the non-terminal pods on a node, summed once per node;
         ``exclude`` (``namespace/name``) is a pod not to count (the one being replaced)."""
         memo = self._usage_memo
@@ -199,32 +225,32 @@ class ClusterState:
         volume = spec(pvc).get("volumeName") if pvc is not None else None
         return attached_nodes(self.attachments_of(volume))
 
-    def pvc(self, namespace: str, name: str) -> Mapping | None:
+    def pvc(self, namespace: str, name: str) -> Obj | None:
         return self.pvcs.get(f"{namespace}/{name}")
 
-    def bound_pv(self, namespace: str, claim: str) -> Mapping | None:
+    def bound_pv(self, namespace: str, claim: str) -> Obj | None:
         pvc = self.pvc(namespace, claim)
-        volume = ((pvc or {}).get("spec") or {}).get("volumeName")
+        volume = spec(pvc).get("volumeName")
         return self.pvs.get(volume) if volume else None
 
     @classmethod
     def from_objects(
-        cls, objects: Iterable[Mapping], *, namespace: str = "default", node_access: bool = True
+        cls, objects: Iterable[Obj], *, namespace: str = "default", node_access: bool = True
     ) -> ClusterState:
         """Sort objects by kind; other kinds are ignored.  ``node_access=False`` drops Nodes."""
-        pods: list[dict] = []
-        pvcs: dict[str, dict] = {}
-        pvs: dict[str, dict] = {}
-        attachments: list[dict] = []
-        nodes: dict[str, dict] = {}
+        pods: list[JsonDict] = []
+        pvcs: dict[str, JsonDict] = {}
+        pvs: dict[str, JsonDict] = {}
+        attachments: list[JsonDict] = []
+        nodes: dict[str, JsonDict] = {}
         for obj in objects:
             kind = obj.get("kind")
-            meta = obj.get("metadata") or {}
-            name = meta.get("name", "")
+            metadata = meta(obj)
+            name = metadata.get("name", "")
             if kind == "Pod":
                 pods.append(dict(obj))
             elif kind == "PersistentVolumeClaim":
-                pvcs[f"{meta.get('namespace') or namespace}/{name}"] = dict(obj)
+                pvcs[f"{metadata.get('namespace') or namespace}/{name}"] = dict(obj)
             elif kind == "PersistentVolume":
                 pvs[name] = dict(obj)
             elif kind == "VolumeAttachment":
@@ -240,9 +266,9 @@ class ClusterState:
 # YAML
 
 
-def flatten_objects(documents: Iterable[object], source: str) -> list[dict]:
+def flatten_objects(documents: Iterable[object], source: str) -> list[JsonDict]:
     """Objects from YAML documents, expanding ``kind: List`` (and ``PodList`` ...) items."""
-    objects: list[dict] = []
+    objects: list[JsonDict] = []
     for index, doc in enumerate(documents):
         if doc is None:
             continue
@@ -275,25 +301,24 @@ _ANCHOR = re.compile(r"(?:^|[\s\[{,])&[^\s]")
 _LONGEST_INT = 100
 
 
-def _loader():
+def _loader() -> type[yaml.SafeLoader | yaml.CSafeLoader]:
     """The C YAML loader (libyaml) when PyYAML has it, else the pure-Python one; both safe."""
     import yaml
 
     base = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    # A subclass of its own, so the constructor below does not change PyYAML's loaders.
+    loader = cast("type[yaml.SafeLoader | yaml.CSafeLoader]", type("Loader", (base,), {}))
 
-    class Loader(base):
-        pass
-
-    def construct_int(loader, node):
+    def construct_int(constructor: yaml.SafeLoader, node: yaml.ScalarNode) -> int | str:
         if len(node.value) > _LONGEST_INT:
-            return node.value  # a quantity reader takes the text (and saturates it)
-        return yaml.SafeLoader.construct_yaml_int(loader, node)
+            return str(node.value)  # a quantity reader takes the text (and saturates it)
+        return yaml.SafeLoader.construct_yaml_int(constructor, node)
 
-    Loader.add_constructor("tag:yaml.org,2002:int", construct_int)
-    return Loader
+    loader.add_constructor("tag:yaml.org,2002:int", construct_int)
+    return loader
 
 
-def _expansion_problem(documents: list) -> str | None:
+def _expansion_problem(documents: list[Any]) -> str | None:
     """Why the documents' aliases make them unreadable (recursion, an alias bomb), or None.
 
     Counts the nodes of the tree with every alias expanded, in time proportional to the distinct
@@ -372,7 +397,7 @@ _YAML_1_1_ONLY = tuple(re.compile(p + _YAML_1_1_BODY, re.MULTILINE) for p in (":
 _TAG = re.compile(r"(?:^|[\s\[{,])!")
 
 
-def _fast_documents(text: str) -> list | None:
+def _fast_documents(text: str) -> list[Any] | None:
     """The documents of a big dump through rapidyaml (C++) and the json module, ten to twenty
     times faster than PyYAML's C loader; None where it does not apply (not installed, a small
     file, anchors, tags, or a plain scalar YAML 1.1 reads differently), or fails."""
@@ -405,7 +430,7 @@ def _fast_documents(text: str) -> list | None:
 
 
 @contextlib.contextmanager
-def _quiet_stderr():
+def _quiet_stderr() -> Iterator[None]:
     import os
     import sys
 
@@ -420,7 +445,7 @@ def _quiet_stderr():
         os.close(saved)
 
 
-def parse_documents(text: str, source: str) -> list:
+def parse_documents(text: str, source: str) -> list[Any]:
     """YAML (or JSON, which is YAML) documents of ``text``; StateError names ``source``."""
     import yaml
 
@@ -442,24 +467,22 @@ def parse_documents(text: str, source: str) -> list:
     except RecursionError:
         raise StateError(f"{source}: nested too deeply to be a Kubernetes object") from None
     if _ANCHOR.search(text):  # no anchor, no alias: nothing to expand
-        problem = _expansion_problem(documents)
-        if problem:
-            raise StateError(f"{source}: {problem}")
+        expansion = _expansion_problem(documents)
+        if expansion:
+            raise StateError(f"{source}: {expansion}")
     return documents
 
 
-def read_yaml(path: str | Path) -> list[dict]:
+def read_yaml(path: str | Path) -> list[JsonDict]:
     """All objects in a YAML or JSON file, or StateError naming the file and the problem."""
     text = read_text(path)
     return flatten_objects(parse_documents(text, str(path)), str(path))
 
 
-def read_objects(path: str | Path) -> list[dict]:
+def read_objects(path: str | Path) -> list[JsonDict]:
     """The objects of the kinds the decision reads (:data:`KINDS`) in a YAML or JSON file, each
     validated as the API would (``nebari_colocate.validate``); StateError names the file, the
     object and the problem."""
-    from .validate import InvalidObject, check_objects
-
     objects = read_yaml(path)
     try:
         check_objects(objects)

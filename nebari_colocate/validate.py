@@ -12,9 +12,11 @@ modes are a list of known modes; node selector operators are known.  A problem i
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, NoReturn
 
 from . import quantity
+from .objects import Obj
 
 ACCESS_MODES = ("ReadWriteOnce", "ReadOnlyMany", "ReadWriteMany", "ReadWriteOncePod")
 SELECTOR_OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt")
@@ -45,16 +47,16 @@ def _type_name(value: object) -> str:
 class _Checker:
     """Checks one object; ``fail`` raises with the object's name and the field path."""
 
-    def __init__(self, label: str):
+    def __init__(self, label: str) -> None:
         self.label = label
 
-    def fail(self, path: str, problem: str):
+    def fail(self, path: str, problem: str) -> NoReturn:
         where = f"{path}: " if path else ""
         # One line, whatever the keys hold (a key may be any string, newlines included).
         text = f"{self.label}: {where}{problem}"
         raise InvalidObject("".join(c if c.isprintable() else repr(c)[1:-1] for c in text))
 
-    def mapping(self, value: object, path: str, *, required: bool = False) -> Mapping:
+    def mapping(self, value: object, path: str, *, required: bool = False) -> Obj:
         if value is None:
             if required:
                 self.fail(path, "is missing")
@@ -63,7 +65,7 @@ class _Checker:
             self.fail(path, f"must be a mapping, not {_type_name(value)} {_shown(value)}")
         return value
 
-    def sequence(self, value: object, path: str, *, required: bool = False) -> list:
+    def sequence(self, value: object, path: str, *, required: bool = False) -> list[Any]:
         if value is None:
             if required:
                 self.fail(path, "is missing")
@@ -150,7 +152,7 @@ class _Checker:
                     ):
                         self.string(item, f"{req_path}.values[{v}]")
 
-    def metadata(self, obj: Mapping, *, name_required: bool) -> Mapping:
+    def metadata(self, obj: Obj, *, name_required: bool) -> Obj:
         meta = self.mapping(obj.get("metadata"), "metadata", required=name_required)
         self.string(meta.get("name"), "metadata.name", required=name_required)
         if name_required and not meta.get("name"):
@@ -161,7 +163,7 @@ class _Checker:
         return meta
 
 
-def _label(kind: str, obj: Mapping) -> str:
+def _label(kind: str, obj: Obj) -> str:
     meta = obj.get("metadata")
     if not isinstance(meta, Mapping):
         return kind
@@ -179,7 +181,7 @@ def _check_container(c: _Checker, container: object, path: str) -> None:
     c.requirements(container.get("resources"), f"{path}.resources")
 
 
-def check_pod(pod: Mapping, *, name_required: bool = True) -> None:
+def check_pod(pod: Obj, *, name_required: bool = True) -> None:
     """A Pod; ``name_required=False`` for a manifest whose name the spawner sets."""
     c = _Checker(_label("Pod", pod))
     c.metadata(pod, name_required=name_required)
@@ -222,7 +224,7 @@ def check_pod(pod: Mapping, *, name_required: bool = True) -> None:
     c.string(status.get("phase"), "status.phase")
 
 
-def check_node(node: Mapping) -> None:
+def check_node(node: Obj) -> None:
     c = _Checker(_label("Node", node))
     c.metadata(node, name_required=True)
     spec = c.mapping(node.get("spec"), "spec")
@@ -239,13 +241,13 @@ def check_node(node: Mapping) -> None:
     c.resources(status.get("capacity"), "status.capacity")
 
 
-def _access_modes(c: _Checker, spec: Mapping) -> None:
+def _access_modes(c: _Checker, spec: Obj) -> None:
     for i, mode in enumerate(c.sequence(spec.get("accessModes"), "spec.accessModes")):
         c.string(mode, f"spec.accessModes[{i}]")
         c.choice(mode, f"spec.accessModes[{i}]", ACCESS_MODES)
 
 
-def check_pvc(pvc: Mapping) -> None:
+def check_pvc(pvc: Obj) -> None:
     c = _Checker(_label("PersistentVolumeClaim", pvc))
     c.metadata(pvc, name_required=True)
     spec = c.mapping(pvc.get("spec"), "spec")
@@ -253,7 +255,7 @@ def check_pvc(pvc: Mapping) -> None:
     c.string(spec.get("volumeName"), "spec.volumeName")
 
 
-def check_pv(pv: Mapping) -> None:
+def check_pv(pv: Obj) -> None:
     c = _Checker(_label("PersistentVolume", pv))
     c.metadata(pv, name_required=True)
     spec = c.mapping(pv.get("spec"), "spec")
@@ -263,7 +265,7 @@ def check_pv(pv: Mapping) -> None:
         c.node_selector(node_affinity["required"], "spec.nodeAffinity.required")
 
 
-def check_volume_attachment(attachment: Mapping) -> None:
+def check_volume_attachment(attachment: Obj) -> None:
     c = _Checker(_label("VolumeAttachment", attachment))
     c.metadata(attachment, name_required=False)
     spec = c.mapping(attachment.get("spec"), "spec")
@@ -274,7 +276,7 @@ def check_volume_attachment(attachment: Mapping) -> None:
     c.boolean(status.get("attached"), "status.attached")
 
 
-CHECKS = {
+CHECKS: dict[str, Callable[[Obj], None]] = {
     "Pod": check_pod,
     "Node": check_node,
     "PersistentVolumeClaim": check_pvc,
@@ -283,7 +285,7 @@ CHECKS = {
 }
 
 
-def check_objects(objects: Iterable[Mapping]) -> None:
+def check_objects(objects: Iterable[object]) -> None:
     """Every object of a kind the decision reads; others are ignored (as ``simulate`` ignores
     them).  The message of the first problem says which object (by kind, name and position)."""
     for index, obj in enumerate(objects):

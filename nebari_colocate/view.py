@@ -28,14 +28,19 @@ import logging
 import random
 import sys
 import time
-from collections.abc import Callable, Iterable, Mapping
-from typing import ClassVar
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any, ClassVar, TypeVar
 
 from . import metrics
-from .objects import attached_nodes, attachment_pv, holds_volume, pod_claims
+from .objects import JsonDict, Obj, attached_nodes, attachment_pv, holds_volume, pod_claims
 from .state import ClusterState
 
 log = logging.getLogger(__name__)
+
+#: a kubernetes_asyncio API method (untyped): called with ``_preload_content=False``, it answers
+#: the raw HTTP response
+ApiCall = Callable[..., Awaitable[Any]]
+_T = TypeVar("_T")
 
 #: reads RBAC may deny, as (verb, what) facts; the CLI and the log put them in words
 NODES_GET = ("get", "nodes")
@@ -48,7 +53,7 @@ ALL_PODS_LIST = ("list", "pods in all namespaces")
 class ApiError(Exception):
     """An API answer that is not 2xx (``status`` and ``reason`` as kube-apiserver gave them)."""
 
-    def __init__(self, status: int, reason: str = "", what: str = ""):
+    def __init__(self, status: int, reason: str = "", what: str = "") -> None:
         super().__init__(f"{status} {reason}".strip() + (f" ({what})" if what else ""))
         self.status = status
         self.reason = reason
@@ -62,7 +67,7 @@ def forbidden(exc: BaseException) -> bool:
     return _status(exc) in (401, 403)
 
 
-async def read_json(call, *args, **kwargs) -> dict:
+async def read_json(call: ApiCall, *args: Any, **kwargs: Any) -> JsonDict:
     """Call a kubernetes_asyncio method and return the raw camelCase JSON.
 
     With ``_preload_content=False`` kubernetes_asyncio returns error responses instead of raising
@@ -73,7 +78,8 @@ async def read_json(call, *args, **kwargs) -> dict:
         body = await response.read()
         if not 200 <= response.status <= 299:
             raise ApiError(response.status, response.reason or "")
-        return json.loads(body)
+        answer: JsonDict = json.loads(body)  # every answer read here is one object
+        return answer
     finally:
         response.release()
 
@@ -87,15 +93,15 @@ class Shared:
     user's volumes): thousands of pods of a few profiles then cost little memory.  The objects
     are never changed after they are stored (the view and ClusterState only read them)."""
 
-    def __init__(self, limit: int = 20000):
+    def __init__(self, limit: int = 20000) -> None:
         self._limit = limit
-        self._cache: dict[str, object] = {}
+        self._cache: dict[str, Any] = {}
 
-    def __call__(self, value):
+    def __call__(self, value: _T) -> _T:
         if not value:
             return value
         key = json.dumps(value, sort_keys=True, separators=(",", ":"))
-        found = self._cache.get(key)
+        found: _T | None = self._cache.get(key)
         if found is None:
             if len(self._cache) >= self._limit:
                 self._cache.clear()
@@ -103,7 +109,7 @@ class Shared:
         return found
 
 
-def _slim_container(container: Mapping) -> dict:
+def _slim_container(container: Obj) -> JsonDict:
     kept = {"name": container.get("name")}
     for key in ("resources", "restartPolicy"):
         if key in container:
@@ -133,11 +139,11 @@ _META_KEPT = (
 )
 
 
-def _no_share(value):
+def _no_share(value: _T) -> _T:
     return value
 
 
-def slim_pod(pod: Mapping, share: Callable = _no_share) -> dict:
+def slim_pod(pod: Obj, share: Callable[[Any], Any] = _no_share) -> JsonDict:
     """The fields of a pod a decision, a message or a report reads: who owns it, where it is
     bound, its claims, what it requests and how it selects nodes, and its phase.  (pure)
 
@@ -164,7 +170,7 @@ def slim_pod(pod: Mapping, share: Callable = _no_share) -> dict:
     }
 
 
-def slim_node(node: Mapping) -> dict:
+def slim_node(node: Obj) -> JsonDict:
     """The fields of a Node the fit check and the reports read: name, labels, taints, cordon,
     allocatable.  (pure)"""
     meta = node.get("metadata") or {}
@@ -177,13 +183,18 @@ def slim_node(node: Mapping) -> dict:
     }
 
 
-async def list_all(method, *args, transform: Callable | None = None, page_size: int = 500):
+async def list_all(
+    method: ApiCall,
+    *args: Any,
+    transform: Callable[[JsonDict], JsonDict] | None = None,
+    page_size: int = 500,
+) -> tuple[list[JsonDict], str | None]:
     """Every object of a collection, page by page (the parsed JSON of one page at a time, each
     object passed through ``transform`` as it arrives); returns (objects, resourceVersion)."""
-    items: list[dict] = []
+    items: list[JsonDict] = []
     token = None
     while True:
-        kwargs: dict = {"limit": page_size}
+        kwargs: JsonDict = {"limit": page_size}
         if token:
             kwargs["_continue"] = token
         listing = await read_json(method, *args, **kwargs)
@@ -195,7 +206,7 @@ async def list_all(method, *args, transform: Callable | None = None, page_size: 
             return items, meta.get("resourceVersion")
 
 
-def _key(obj: Mapping) -> str:
+def _key(obj: Obj) -> str:
     meta = obj.get("metadata") or {}
     namespace = meta.get("namespace")
     return f"{namespace}/{meta.get('name')}" if namespace else str(meta.get("name"))
@@ -225,11 +236,11 @@ class Collection:
     def __init__(
         self,
         name: str,
-        method: Callable,
-        args: tuple = (),
+        method: ApiCall,
+        args: tuple[Any, ...] = (),
         *,
-        transform: Callable[[Mapping], dict] | None = None,
-        on_change: Callable[[dict | None, dict | None], None] | None = None,
+        transform: Callable[[JsonDict], JsonDict] | None = None,
+        on_change: Callable[[JsonDict | None, JsonDict | None], None] | None = None,
         on_forbidden: Callable[[], None] | None = None,
     ) -> None:
         self.name = name
@@ -239,7 +250,7 @@ class Collection:
         self._args = args
         self._transform = transform
         self._on_change = on_change
-        self.items: dict[str, dict] = {}
+        self.items: dict[str, JsonDict] = {}
         self.live = False
         self.forbidden = False
         #: set once the first LIST answered (listed, or forbidden)
@@ -247,7 +258,7 @@ class Collection:
         self.error: str | None = None
         self.resyncs = 0
         self.resource_version: str | None = None
-        self._task: asyncio.Task | None = None
+        self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
         if self._task is None or self._task.done():
@@ -266,7 +277,7 @@ class Collection:
             self.live = live
             metrics.observe_view_live(self.name, live)
 
-    def _put(self, obj: Mapping) -> None:
+    def _put(self, obj: JsonDict) -> None:
         obj = self._transform(obj) if self._transform else dict(obj)
         key = _key(obj)
         old = self.items.get(key)
@@ -274,13 +285,13 @@ class Collection:
         if self._on_change:
             self._on_change(old, obj)
 
-    def _drop(self, obj: Mapping) -> None:
+    def _drop(self, obj: Obj) -> None:
         old = self.items.pop(_key(obj), None)
         if old is not None and self._on_change:
             self._on_change(old, None)
 
-    def _replace_all(self, items: Iterable[Mapping], transformed: bool = False) -> None:
-        fresh = {}
+    def _replace_all(self, items: Iterable[JsonDict], transformed: bool = False) -> None:
+        fresh: dict[str, JsonDict] = {}
         for obj in items:
             if not transformed:
                 obj = self._transform(obj) if self._transform else dict(obj)
@@ -330,7 +341,7 @@ class Collection:
         finally:
             response.release()
 
-    def _event(self, event: Mapping) -> None:
+    def _event(self, event: Obj) -> None:
         kind, obj = event.get("type"), event.get("object") or {}
         version = (obj.get("metadata") or {}).get("resourceVersion")
         if kind == "ERROR":
@@ -391,11 +402,11 @@ class Collection:
 class _Index:
     """key -> {object key: object}, kept up to date from a collection's changes."""
 
-    def __init__(self, keys_of: Callable[[Mapping], Iterable[str]]):
+    def __init__(self, keys_of: Callable[[Obj], Iterable[str]]) -> None:
         self._keys_of = keys_of
-        self.entries: dict[str, dict[str, dict]] = {}
+        self.entries: dict[str, dict[str, JsonDict]] = {}
 
-    def change(self, old: dict | None, new: dict | None) -> None:
+    def change(self, old: JsonDict | None, new: JsonDict | None) -> None:
         if old is not None:
             name = _key(old)
             for key in self._keys_of(old):
@@ -409,35 +420,34 @@ class _Index:
             for key in self._keys_of(new):
                 self.entries.setdefault(key, {})[name] = new
 
-    def get(self, key: str) -> list[dict]:
+    def get(self, key: str) -> list[JsonDict]:
         return list((self.entries.get(key) or {}).values())
 
 
-def _claim_keys(pod: Mapping) -> list[str]:
+def _claim_keys(pod: Obj) -> list[str]:
     namespace = (pod.get("metadata") or {}).get("namespace") or ""
     return [f"{namespace}/{c}" for c in pod_claims(pod)]
 
 
-def _node_keys(pod: Mapping) -> list[str]:
+def _node_keys(pod: Obj) -> list[str]:
     node = (pod.get("spec") or {}).get("nodeName")
     return [node] if node else []
 
 
-def _attachment_keys(va: Mapping) -> list[str]:
+def _attachment_keys(va: Obj) -> list[str]:
     pv = attachment_pv(va)
     return [pv] if pv else []
 
 
-def _pv_names(pvcs: Iterable[Mapping]) -> set[str]:
-    return {(p.get("spec") or {}).get("volumeName") for p in pvcs} - {None, ""}
+def _pv_names(pvcs: Iterable[Obj]) -> set[str]:
+    return {name for p in pvcs if (name := (p.get("spec") or {}).get("volumeName"))}
 
 
-def _candidate_nodes(claims_pods: Iterable[Mapping], attachments: Iterable[Mapping]) -> set[str]:
+def _candidate_nodes(claims_pods: Iterable[Obj], attachments: Iterable[Obj]) -> set[str]:
     """Nodes a decision may pin to: of the pods holding the claims, else of attachments."""
-    nodes = {(p.get("spec") or {}).get("nodeName") for p in claims_pods if holds_volume(p)}
-    if not nodes - {None}:
-        nodes = attached_nodes(attachments)
-    return nodes - {None, ""}
+    # a pod that holds a volume is bound: its nodeName is set
+    nodes: set[str] = {p["spec"]["nodeName"] for p in claims_pods if holds_volume(p)}
+    return nodes or attached_nodes(attachments)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -450,21 +460,23 @@ class DirectReader:
     ``denied`` collects the reads RBAC refused, as ``(verb, what)`` facts.
     """
 
-    def __init__(self, api_client, namespace: str):
+    def __init__(self, api_client: Any, namespace: str) -> None:
         from kubernetes_asyncio import client
 
         self.namespace = namespace
         self.core = client.CoreV1Api(api_client)
         self.storage = client.StorageV1Api(api_client)
         self.denied: list[tuple[str, str]] = []
-        self.pods: list[dict] | None = None
-        self.pvcs: dict[str, dict] | None = None
+        self.pods: list[JsonDict] | None = None
+        self.pvcs: dict[str, JsonDict] | None = None
 
     def _deny(self, fact: tuple[str, str]) -> None:
         if fact not in self.denied:
             self.denied.append(fact)
 
-    async def _optional(self, fact, call, *args, **kwargs) -> dict | None:
+    async def _optional(
+        self, fact: tuple[str, str], call: ApiCall, *args: Any, **kwargs: Any
+    ) -> JsonDict | None:
         """None for 404 or when RBAC refuses (noted in ``denied``)."""
         try:
             return await read_json(call, *args, **kwargs)
@@ -497,13 +509,13 @@ class DirectReader:
             for p in pvcs
         }
 
-    async def attachments(self) -> list[dict] | None:
+    async def attachments(self) -> list[JsonDict] | None:
         listing = await self._optional(ATTACHMENTS_LIST, self.storage.list_volume_attachment)
         return None if listing is None else listing.get("items") or []
 
     async def state_for(
         self,
-        pod: Mapping,
+        pod: Obj,
         *,
         extra_claims: Iterable[str] = (),
         extra_nodes: Iterable[str] = (),
@@ -517,21 +529,22 @@ class DirectReader:
         own = [self.pvcs[k] for c in claims if (k := f"{self.namespace}/{c}") in self.pvcs]
         volumes = _pv_names(own)
         claimers = [p for p in self.pods if set(pod_claims(p)) & set(claims)]
-        attachments: list[dict] | None = []
+        attachments: list[JsonDict] | None = []
         holders = _candidate_nodes(claimers, [])
         if volumes and (not holders or extra_claims):
             attachments = await self.attachments()
         attachments_of = [va for va in attachments or [] if attachment_pv(va) in volumes]
         names = sorted(_candidate_nodes(claimers, attachments_of) | set(extra_nodes))
-        nodes: dict[str, dict] | None = {}
+        found_nodes: dict[str, JsonDict] = {}
+        nodes: dict[str, JsonDict] | None = found_nodes  # None: Nodes may not be read
         for name in names:
             node = await self._optional(NODES_GET, self.core.read_node, name)
             if NODES_GET in self.denied:
                 nodes = None
                 break
             if node is not None:
-                nodes[name] = node
-        pvs = {}
+                found_nodes[name] = node
+        pvs: dict[str, JsonDict] = {}
         for volume in sorted(volumes):
             pv = await self._optional(PVS_GET, self.core.read_persistent_volume, volume)
             if pv is not None:
@@ -568,7 +581,7 @@ class DirectReader:
         listing, attachments = await asyncio.gather(
             self._optional(NODES_LIST, self.core.list_node), self.attachments()
         )
-        nodes = None
+        nodes: dict[str, JsonDict] | None = None
         if listing is not None:
             nodes = {(n.get("metadata") or {}).get("name", ""): n for n in listing["items"] or []}
         assert self.pods is not None
@@ -591,11 +604,11 @@ class _Gathered:
     """What a check reads from the view, before the snapshot is built."""
 
     def __init__(self) -> None:
-        self.pods: dict[str, dict] = {}
-        self.pvcs: dict[str, dict] = {}
-        self.pvs: dict[str, dict] = {}
-        self.attachments: list[dict] | None = []
-        self.nodes: dict[str, dict] | None = {}
+        self.pods: dict[str, JsonDict] = {}
+        self.pvcs: dict[str, JsonDict] = {}
+        self.pvs: dict[str, JsonDict] = {}
+        self.attachments: list[JsonDict] | None = []
+        self.nodes: dict[str, JsonDict] | None = {}
         self.complete = True
         #: nodes a watch does not have (just created, or deleted): ask the API
         self.missing_nodes: list[str] = []
@@ -627,7 +640,7 @@ class ClusterView:
     first_sync_seconds: ClassVar[float] = 2.0
 
     @classmethod
-    def shared(cls, api_client, namespace: str) -> ClusterView:
+    def shared(cls, api_client: Any, namespace: str) -> ClusterView:
         """The view of ``namespace`` for the running event loop (created on first use)."""
         loop = asyncio.get_running_loop()
         key = (id(loop), namespace)
@@ -644,7 +657,7 @@ class ClusterView:
                 cls._views.pop(key, None)
                 await view.stop()
 
-    def __init__(self, api_client, namespace: str) -> None:
+    def __init__(self, api_client: Any, namespace: str) -> None:
         from kubernetes_asyncio import client
 
         self.namespace = namespace
@@ -660,14 +673,14 @@ class ClusterView:
 
         shared = Shared()
 
-        def slim(pod):
+        def slim(pod: Obj) -> JsonDict:
             return slim_pod(pod, shared)
 
-        def pods_changed(old, new):
+        def pods_changed(old: JsonDict | None, new: JsonDict | None) -> None:
             self.by_claim.change(old, new)
             self.by_node.change(old, new)
 
-        def with_kind(kind):
+        def with_kind(kind: str) -> Callable[[Obj], JsonDict]:
             return lambda obj: dict(obj, kind=kind)
 
         # Every pod of the cluster when RBAC allows it (the pinned node's pods of other
@@ -767,7 +780,7 @@ class ClusterView:
     def has_pod(self, namespace: str, name: str) -> bool:
         return f"{namespace}/{name}" in self.pods.items
 
-    def known_pods(self, pod: Mapping) -> list[dict]:
+    def known_pods(self, pod: Obj) -> list[JsonDict]:
         """What the view last knew of the pods using ``pod``'s claims, live or not (the safe
         side pins to a known holder's node rather than to none)."""
         return [p for c in pod_claims(pod) for p in self.by_claim.get(f"{self.namespace}/{c}")]
@@ -775,7 +788,7 @@ class ClusterView:
     # ----------------------------------------------------------------------------------------
     # reads
 
-    async def state_for(self, pod: Mapping, *, first_sync: float | None = None) -> ClusterState:
+    async def state_for(self, pod: Obj, *, first_sync: float | None = None) -> ClusterState:
         """The state for deciding on ``pod`` from the watches; :class:`ViewNotLive` when they
         cannot be trusted (the caller reads the API directly)."""
         self.start()
@@ -784,15 +797,16 @@ class ClusterView:
             if not await self.wait_live(wait):
                 raise ViewNotLive("; ".join(self.problems()))
         gathered = self._gather(pod)
+        # (a node is missing only when Nodes are watched: gathered.nodes is a dict then)
         for name in gathered.missing_nodes:
             node = await self._confirm_node(name)
-            if node is not None:
-                gathered.nodes[name] = node  # type: ignore[index]
+            if node is not None and gathered.nodes is not None:
+                gathered.nodes[name] = node
         if gathered.node_pods_from is not None:
             gathered.complete = await self._add_node_pods(gathered.node_pods_from, gathered.pods)
         return gathered.state(self.namespace)
 
-    def state_now(self, pod: Mapping) -> ClusterState | None:
+    def state_now(self, pod: Obj) -> ClusterState | None:
         """The state from memory alone, without yielding to the event loop (so nothing changes
         the view while the check reads it); None when the view is not live or the check needs an
         API request (a node the watch does not have, the node's pods by a field-selector LIST)."""
@@ -803,7 +817,7 @@ class ClusterView:
             return None
         return gathered.state(self.namespace)
 
-    def _gather(self, pod: Mapping) -> _Gathered:
+    def _gather(self, pod: Obj) -> _Gathered:
         namespace = self.namespace
         gathered = _Gathered()
         pods = gathered.pods
@@ -826,12 +840,14 @@ class ClusterView:
         if self.nodes.forbidden:
             gathered.nodes = None
             return gathered
+        nodes: dict[str, JsonDict] = {}
+        gathered.nodes = nodes
         for name in sorted(candidates):
             node = self.nodes.items.get(name)
             if node is None:
                 gathered.missing_nodes.append(name)
             else:
-                gathered.nodes[name] = node  # type: ignore[index]
+                nodes[name] = node
             for p in self.by_node.get(name):
                 pods[_key(p)] = p
         if (
@@ -844,7 +860,7 @@ class ClusterView:
             gathered.complete = False
         return gathered
 
-    async def _confirm_node(self, name: str) -> dict | None:
+    async def _confirm_node(self, name: str) -> JsonDict | None:
         """A node the watch does not have: just created (the watch lags) or deleted.  Ask."""
         try:
             return dict(await read_json(self.core.read_node, name), kind="Node")
@@ -853,7 +869,7 @@ class ClusterView:
                 return None
             raise
 
-    async def _add_node_pods(self, node: str, pods: dict[str, dict]) -> bool:
+    async def _add_node_pods(self, node: str, pods: dict[str, JsonDict]) -> bool:
         """The pinned node's pods of other namespaces, by one field-selector LIST (when only the
         namespace is watched); False when RBAC does not allow it."""
         if self._node_pods_listable is False:
@@ -874,7 +890,7 @@ class ClusterView:
         return True
 
 
-async def admitted_pod(api_client, namespace: str, pod: Mapping) -> dict:
+async def admitted_pod(api_client: Any, namespace: str, pod: Obj) -> JsonDict:
     """The pod as kube-apiserver would admit it: a server-side dry-run create (``dryRun=All``,
     which ``create`` on pods allows) runs the admission chain (RuntimeClass overhead and
     scheduling, LimitRange defaults, default tolerations, mutating webhooks) and stores nothing.
@@ -896,3 +912,66 @@ async def admitted_pod(api_client, namespace: str, pod: Mapping) -> dict:
     if name:
         answer_meta["name"] = name
     return answer
+
+
+async def sweep_late_pod(
+    core: Any,
+    namespace: str,
+    pod_name: str,
+    *,
+    started: float,
+    seconds: float,
+    request_timeout: float,
+    grace_period: int | None,
+    deleting: Callable[[Any], None],
+    delete_failed: Callable[[BaseException], None],
+) -> None:
+    """Delete the pod of a spawn the API failed, if it appears: requests sent to a stalled API
+    server are carried out when it resumes, after the spawn (and JupyterHub's cleanup) gave up
+    (docs/failure-modes.md).  Only a pod created before the spawn ended is deleted; the caller
+    cancels the sweep when this server starts again.  Ends once the API answered "not found"
+    twice, 5 s apart, or after ``seconds``.  ``core`` is KubeSpawner's CoreV1Api client;
+    ``deleting(created)`` is called before a delete, ``delete_failed(exc)`` when one fails."""
+    from kubernetes_asyncio.client import V1DeleteOptions, V1Preconditions
+    from kubernetes_asyncio.client.exceptions import ApiException
+
+    ended = time.time()
+    deadline = time.monotonic() + seconds
+    delay, absent_since = 1.0, None
+    while time.monotonic() < deadline:
+        await asyncio.sleep(delay)
+        delay = min(delay * 2, 10.0)
+        try:
+            pod = await asyncio.wait_for(
+                core.read_namespaced_pod(pod_name, namespace), request_timeout
+            )
+        except ApiException as exc:
+            if exc.status != 404:
+                continue
+            now = time.monotonic()
+            absent_since = absent_since or now
+            if now - absent_since >= 5:
+                return
+            delay = 2.5
+            continue
+        except Exception:  # the API is still down: keep trying until the deadline
+            continue
+        absent_since = None
+        created = pod.metadata.creation_timestamp
+        if created is not None and created.timestamp() > ended + 1:
+            return  # a pod of a later spawn: not ours to delete
+        deleting(created)
+        try:
+            await asyncio.wait_for(
+                core.delete_namespaced_pod(
+                    pod_name,
+                    namespace,
+                    body=V1DeleteOptions(
+                        grace_period_seconds=grace_period,
+                        preconditions=V1Preconditions(uid=pod.metadata.uid),
+                    ),
+                ),
+                request_timeout,
+            )
+        except Exception as exc:
+            delete_failed(exc)

@@ -255,6 +255,7 @@ def attach(reason, message, at):
 class Case(NamedTuple):
     """One row of a rule's table: the pod's events, and the verdict they must give."""
 
+    name: str  # what the row shows, as a sentence (the test id)
     events: Sequence[Mapping[str, Any]]
     want_code: str  # the verdict's code (EVENT_REASON_CODES fail, WAIT_CODES wait)
     want_words: tuple[str, ...] = ()  # in what the person reads (messages.event_text)
@@ -263,6 +264,10 @@ class Case(NamedTuple):
     pinned_node: str | None = None
     now: float = 1  # seconds after T0
     options: Mapping[str, Any] = {}  # classify's other keyword arguments
+
+
+def named(case: Case) -> str:
+    return case.name
 
 
 def check(case: Case) -> EventVerdict:
@@ -276,6 +281,8 @@ def check(case: Case) -> EventVerdict:
     assert verdict.code == case.want_code, (verdict, text)
     assert verdict.action == (FAIL if case.want_code in EVENT_REASON_CODES else WAIT)
     assert verdict.reason == (case.want_code if verdict.action == FAIL else None)
+    if verdict.code == UNSCHEDULABLE_PINNED:
+        assert verdict.node == case.pinned_node  # the words name the node it is pinned to
     for field, value in case.want_facts.items():
         assert getattr(verdict, field) == value, field
     for words in case.want_words:
@@ -294,350 +301,284 @@ def check(case: Case) -> EventVerdict:
 # A pod pinned to its volume's node that the scheduler cannot place there fails at once, naming
 # the node and why in words: no autoscaler can help, a new node never holds the volume.
 PINNED_NODE = [
-    pytest.param(
-        Case(
-            events=[scheduler(GPU_PROFILE_ON_CPU_NODES, 0)],
-            want_code=UNSCHEDULABLE_PINNED,
-            want_words=("node cpu-1", "not enough free GPUs", "not the kind of node"),
-            want_facts={"node": "cpu-1"},
-            pinned_node="cpu-1",
-        ),
-        id="gpu_profile_pinned_to_a_cpu_node_fails_at_once",
+    Case(
+        "gpu_profile_pinned_to_a_cpu_node_fails_at_once",
+        [scheduler(GPU_PROFILE_ON_CPU_NODES, 0)],
+        UNSCHEDULABLE_PINNED,
+        want_words=("node cpu-1", "not enough free GPUs", "not the kind of node"),
+        pinned_node="cpu-1",
     ),
-    pytest.param(
-        Case(
-            events=[scheduler(PINNED_NODE_CORDONED, 0)],
-            want_code=UNSCHEDULABLE_PINNED,
-            want_words=("node cpu-1", "cordoned"),
-            want_facts={"node": "cpu-1"},
-            pinned_node="cpu-1",
-        ),
-        id="cordoned_pinned_node_fails_at_once",
+    Case(
+        "cordoned_pinned_node_fails_at_once",
+        [scheduler(PINNED_NODE_CORDONED, 0)],
+        UNSCHEDULABLE_PINNED,
+        want_words=("node cpu-1", "cordoned"),
+        pinned_node="cpu-1",
     ),
-    pytest.param(
-        Case(
-            events=[scheduler(PINNED_NODE_FULL, 0)],
-            want_code=UNSCHEDULABLE_PINNED,
-            want_words=("not enough free CPU", "as many pods as it may"),
-            want_facts={"node": "cpu-1"},
-            pinned_node="cpu-1",
-        ),
-        id="full_pinned_node_fails_at_once",
+    Case(
+        "full_pinned_node_fails_at_once",
+        [scheduler(PINNED_NODE_FULL, 0)],
+        UNSCHEDULABLE_PINNED,
+        want_words=("not enough free CPU", "as many pods as it may"),
+        pinned_node="cpu-1",
     ),
-    pytest.param(
-        Case(
-            events=[scheduler(PINNED_NODE_TAINTED, 0)],
-            want_code=UNSCHEDULABLE_PINNED,
-            want_words=("taint this server does not tolerate",),
-            want_facts={"node": "cpu-1"},
-            pinned_node="cpu-1",
-        ),
-        id="pinned_node_with_an_untolerated_taint_fails_at_once",
+    Case(
+        "pinned_node_with_an_untolerated_taint_fails_at_once",
+        [scheduler(PINNED_NODE_TAINTED, 0)],
+        UNSCHEDULABLE_PINNED,
+        want_words=("taint this server does not tolerate",),
+        pinned_node="cpu-1",
     ),
-    pytest.param(
-        Case(
-            events=[scheduler(OLDER_TAINT_WORDING, 0)],
-            want_code=UNSCHEDULABLE_PINNED,
-            want_words=("taint this server does not tolerate",),
-            want_facts={"node": "cpu-1"},
-            pinned_node="cpu-1",
-        ),
-        id="older_taint_wording_on_the_pinned_node_fails_at_once",
+    Case(
+        "older_taint_wording_on_the_pinned_node_fails_at_once",
+        [scheduler(OLDER_TAINT_WORDING, 0)],
+        UNSCHEDULABLE_PINNED,
+        want_words=("taint this server does not tolerate",),
+        pinned_node="cpu-1",
     ),
-    pytest.param(
-        Case(
-            events=[scheduler(PINNED_NODE_VOLUME_AFFINITY, 0)],
-            want_code=UNSCHEDULABLE_PINNED,
-            want_words=("unable to reach the storage volume",),
-            want_facts={"node": "cpu-1"},
-            pinned_node="cpu-1",
-        ),
-        id="volume_node_affinity_on_the_pinned_node_fails_at_once",
+    Case(
+        "volume_node_affinity_on_the_pinned_node_fails_at_once",
+        [scheduler(PINNED_NODE_VOLUME_AFFINITY, 0)],
+        UNSCHEDULABLE_PINNED,
+        want_words=("unable to reach the storage volume",),
+        pinned_node="cpu-1",
     ),
-    pytest.param(
-        Case(
-            events=[scheduler(RWOP_CONFLICT, 0)],
-            want_code=UNSCHEDULABLE_PINNED,
-            want_words=("allows a single pod",),
-            want_facts={"node": "cpu-1"},
-            pinned_node="cpu-1",
-        ),
-        id="read_write_once_pod_conflict_on_the_pinned_node_fails_at_once",
+    Case(
+        "read_write_once_pod_conflict_on_the_pinned_node_fails_at_once",
+        [scheduler(RWOP_CONFLICT, 0)],
+        UNSCHEDULABLE_PINNED,
+        want_words=("allows a single pod",),
+        pinned_node="cpu-1",
     ),
-    pytest.param(
-        Case(
-            events=[scheduler(CPU_FULL, 0)],
-            want_code=UNSCHEDULABLE_PINNED,
-            want_words=("not enough free CPU",),
-            want_facts={"node": "cpu-1"},
-            pinned_node="cpu-1",
-            options={"unschedulable_grace_seconds": 0},
-        ),
-        id="pinned_node_fails_at_once_even_with_the_grace_disabled",
+    Case(
+        "pinned_node_fails_at_once_even_with_the_grace_disabled",
+        [scheduler(CPU_FULL, 0)],
+        UNSCHEDULABLE_PINNED,
+        want_words=("not enough free CPU",),
+        pinned_node="cpu-1",
+        options={"unschedulable_grace_seconds": 0},
     ),
-    pytest.param(
-        Case(
-            events=[scheduler(CPU_FULL, 0), core("Scheduled", SCHEDULED, 20)],
-            want_code=PROGRESS,
-            want_words=("Assigned to a node",),
-            want_facts={"event": "Scheduled"},
-            pinned_node="cpu-1",
-            now=30,
-        ),
-        id="pinned_node_that_became_free_after_a_failure_waits",
+    Case(
+        "pinned_node_that_became_free_after_a_failure_waits",
+        [scheduler(CPU_FULL, 0), core("Scheduled", SCHEDULED, 20)],
+        PROGRESS,
+        want_words=("Assigned to a node",),
+        want_facts={"event": "Scheduled"},
+        pinned_node="cpu-1",
+        now=30,
     ),
 ]
 
 
-@pytest.mark.parametrize("case", PINNED_NODE)
+@pytest.mark.parametrize("case", PINNED_NODE, ids=named)
 def test_a_pod_the_scheduler_cannot_place_on_its_volumes_node_fails_at_once(case: Case) -> None:
     check(case)
 
 
 # An autoscaler that says it will not add a node ends the spawn at once.
 AUTOSCALER_REFUSAL = [
-    pytest.param(
-        Case(
-            events=[scheduler(CPU_FULL, 0), autoscaler("NotTriggerScaleUp", CA_REFUSED, 2)],
-            want_code=NO_SCALE_UP,
-            want_words=(
-                "cluster autoscaler cannot add one",
-                "maximum size",
-                "not the kind of node",
-            ),
-            now=3,
+    Case(
+        "cluster_autoscaler_refusal_fails_at_once",
+        [scheduler(CPU_FULL, 0), autoscaler("NotTriggerScaleUp", CA_REFUSED, 2)],
+        NO_SCALE_UP,
+        want_words=(
+            "cluster autoscaler cannot add one",
+            "maximum size",
+            "not the kind of node",
         ),
-        id="cluster_autoscaler_refusal_fails_at_once",
+        now=3,
     ),
-    pytest.param(
-        Case(
-            events=[
-                scheduler(GPU_PROFILE_ON_CPU_NODES, 0),
-                autoscaler("NotTriggerScaleUp", CA_REFUSED_OLDER, 2),
-            ],
-            want_code=NO_SCALE_UP,
-            want_words=("not enough free GPUs",),
-            now=3,
-        ),
-        id="older_cluster_autoscaler_refusal_wording_fails_at_once",
+    Case(
+        "older_cluster_autoscaler_refusal_wording_fails_at_once",
+        [
+            scheduler(GPU_PROFILE_ON_CPU_NODES, 0),
+            autoscaler("NotTriggerScaleUp", CA_REFUSED_OLDER, 2),
+        ],
+        NO_SCALE_UP,
+        want_words=("not enough free GPUs",),
+        now=3,
     ),
-    pytest.param(
-        Case(
-            events=[
-                scheduler(GPU_PROFILE_ON_CPU_NODES, 0),
-                karpenter("FailedScheduling", KARPENTER_REQUIREMENTS, 1),
-            ],
-            want_code=NO_SCALE_UP,
-            want_words=("no node pool offers",),
-            now=2,
-        ),
-        id="karpenter_incompatible_requirements_fail_at_once",
+    Case(
+        "karpenter_incompatible_requirements_fail_at_once",
+        [
+            scheduler(GPU_PROFILE_ON_CPU_NODES, 0),
+            karpenter("FailedScheduling", KARPENTER_REQUIREMENTS, 1),
+        ],
+        NO_SCALE_UP,
+        want_words=("no node pool offers",),
+        now=2,
     ),
-    pytest.param(
-        Case(
-            events=[
-                scheduler(GPU_PROFILE_ON_CPU_NODES, 0),
-                karpenter("FailedScheduling", KARPENTER_TAINT, 1),
-            ],
-            want_code=NO_SCALE_UP,
-            want_words=("reserved for other kinds of servers",),
-            now=2,
-        ),
-        id="karpenter_untolerated_taint_fails_at_once",
+    Case(
+        "karpenter_untolerated_taint_fails_at_once",
+        [
+            scheduler(GPU_PROFILE_ON_CPU_NODES, 0),
+            karpenter("FailedScheduling", KARPENTER_TAINT, 1),
+        ],
+        NO_SCALE_UP,
+        want_words=("reserved for other kinds of servers",),
+        now=2,
     ),
-    pytest.param(
-        Case(
-            events=[scheduler(CPU_FULL, 0), karpenter("FailedScheduling", KARPENTER_LIMITS, 1)],
-            want_code=NO_SCALE_UP,
-            want_words=("reached their size limits",),
-            now=2,
-        ),
-        id="karpenter_nodepool_limits_fail_at_once",
+    Case(
+        "karpenter_nodepool_limits_fail_at_once",
+        [scheduler(CPU_FULL, 0), karpenter("FailedScheduling", KARPENTER_LIMITS, 1)],
+        NO_SCALE_UP,
+        want_words=("reached their size limits",),
+        now=2,
     ),
-    pytest.param(
-        Case(
-            events=[scheduler(CPU_FULL, 0), karpenter("FailedScheduling", KARPENTER_NO_TYPE, 1)],
-            want_code=NO_SCALE_UP,
-            want_words=("no machine type",),
-            now=2,
-        ),
-        id="karpenter_finding_no_instance_type_fails_at_once",
+    Case(
+        "karpenter_finding_no_instance_type_fails_at_once",
+        [scheduler(CPU_FULL, 0), karpenter("FailedScheduling", KARPENTER_NO_TYPE, 1)],
+        NO_SCALE_UP,
+        want_words=("no machine type",),
+        now=2,
     ),
 ]
 
 
-@pytest.mark.parametrize("case", AUTOSCALER_REFUSAL)
+@pytest.mark.parametrize("case", AUTOSCALER_REFUSAL, ids=named)
 def test_an_autoscaler_refusing_to_add_a_node_ends_the_spawn_at_once(case: Case) -> None:
     check(case)
 
 
 # A scale-up in progress keeps the spawn waiting, whatever the scheduler says meanwhile.
 SCALE_UP = [
-    pytest.param(
-        Case(
-            events=[
-                scheduler(GPU_PROFILE_ON_CPU_NODES, 0),
-                autoscaler("TriggeredScaleUp", CA_TRIGGERED, 5),
-            ],
-            want_code=SCALING_UP,
-            want_words=(
-                "Waiting for a node with a free GPU: the cluster autoscaler is adding one",
-            ),
-            want_facts={"gpu": True},
-            now=600,
-        ),
-        id="triggered_scale_up_after_failed_scheduling_keeps_waiting_for_a_gpu_node",
+    Case(
+        "triggered_scale_up_after_failed_scheduling_keeps_waiting_for_a_gpu_node",
+        [
+            scheduler(GPU_PROFILE_ON_CPU_NODES, 0),
+            autoscaler("TriggeredScaleUp", CA_TRIGGERED, 5),
+        ],
+        SCALING_UP,
+        want_words=("Waiting for a node with a free GPU: the cluster autoscaler is adding one",),
+        want_facts={"gpu": True},
+        now=600,
     ),
-    pytest.param(
-        Case(
-            events=[scheduler(CPU_FULL, 0), autoscaler("TriggeredScaleUp", CA_TRIGGERED, 5)],
-            want_code=SCALING_UP,
-            want_words=("Waiting for a new node: the cluster autoscaler is adding one",),
-            want_facts={"gpu": False},
-            now=600,
-        ),
-        id="triggered_scale_up_for_cpu_keeps_waiting_for_a_new_node",
+    Case(
+        "triggered_scale_up_for_cpu_keeps_waiting_for_a_new_node",
+        [scheduler(CPU_FULL, 0), autoscaler("TriggeredScaleUp", CA_TRIGGERED, 5)],
+        SCALING_UP,
+        want_words=("Waiting for a new node: the cluster autoscaler is adding one",),
+        want_facts={"gpu": False},
+        now=600,
     ),
-    pytest.param(
-        Case(
-            events=[
-                scheduler(GPU_PROFILE_ON_CPU_NODES, 0),
-                karpenter("Nominated", KARPENTER_NOMINATED, 2),
-            ],
-            want_code=SCALING_UP,
-            want_words=("free GPU", "adding one"),
-            want_facts={"gpu": True},
-            now=600,
-        ),
-        id="karpenter_nomination_keeps_waiting",
+    Case(
+        "karpenter_nomination_keeps_waiting",
+        [
+            scheduler(GPU_PROFILE_ON_CPU_NODES, 0),
+            karpenter("Nominated", KARPENTER_NOMINATED, 2),
+        ],
+        SCALING_UP,
+        want_words=("free GPU", "adding one"),
+        want_facts={"gpu": True},
+        now=600,
     ),
-    pytest.param(
-        Case(
-            events=[
-                scheduler(GPU_PROFILE_ON_CPU_NODES, 0),
-                autoscaler("TriggeredScaleUp", CA_TRIGGERED, 5),
-                scheduler(NODE_BOOTING, 150, last=200, count=3),
-            ],
-            want_code=SCALING_UP,
-            want_words=("adding one",),
-            want_facts={"gpu": True},
-            now=260,
-        ),
-        id="scheduler_retries_while_the_new_node_boots_keep_waiting",
+    Case(
+        "scheduler_retries_while_the_new_node_boots_keep_waiting",
+        [
+            scheduler(GPU_PROFILE_ON_CPU_NODES, 0),
+            autoscaler("TriggeredScaleUp", CA_TRIGGERED, 5),
+            scheduler(NODE_BOOTING, 150, last=200, count=3),
+        ],
+        SCALING_UP,
+        want_words=("adding one",),
+        want_facts={"gpu": True},
+        now=260,
     ),
-    pytest.param(
-        Case(
-            events=[
-                scheduler(GPU_PROFILE_ON_CPU_NODES, 0),
-                autoscaler("TriggeredScaleUp", CA_TRIGGERED, 5),
-                scheduler(GPU_PROFILE_ON_CPU_NODES, 240),
-                autoscaler("NotTriggerScaleUp", CA_BACKOFF, 245),
-            ],
-            want_code=NO_SCALE_UP,
-            want_words=("a recent attempt to add such a node failed",),
-            now=250,
-        ),
-        id="later_failed_scheduling_and_refusal_after_a_scale_up_fail",
+    Case(
+        "later_failed_scheduling_and_refusal_after_a_scale_up_fail",
+        [
+            scheduler(GPU_PROFILE_ON_CPU_NODES, 0),
+            autoscaler("TriggeredScaleUp", CA_TRIGGERED, 5),
+            scheduler(GPU_PROFILE_ON_CPU_NODES, 240),
+            autoscaler("NotTriggerScaleUp", CA_BACKOFF, 245),
+        ],
+        NO_SCALE_UP,
+        want_words=("a recent attempt to add such a node failed",),
+        now=250,
     ),
-    pytest.param(
-        Case(
-            events=[
-                scheduler(CPU_FULL, 0),
-                autoscaler("NotTriggerScaleUp", CA_REFUSED, 2),
-                autoscaler("TriggeredScaleUp", CA_TRIGGERED, 180),
-            ],
-            want_code=SCALING_UP,
-            want_words=("adding one",),
-            want_facts={"gpu": False},
-            now=200,
-        ),
-        id="scale_up_after_an_earlier_refusal_keeps_waiting",
+    Case(
+        "scale_up_after_an_earlier_refusal_keeps_waiting",
+        [
+            scheduler(CPU_FULL, 0),
+            autoscaler("NotTriggerScaleUp", CA_REFUSED, 2),
+            autoscaler("TriggeredScaleUp", CA_TRIGGERED, 180),
+        ],
+        SCALING_UP,
+        want_words=("adding one",),
+        want_facts={"gpu": False},
+        now=200,
     ),
 ]
 
 
-@pytest.mark.parametrize("case", SCALE_UP)
+@pytest.mark.parametrize("case", SCALE_UP, ids=named)
 def test_a_scale_up_in_progress_keeps_the_spawn_waiting(case: Case) -> None:
     check(case)
 
 
 # Unschedulable with no word from an autoscaler: the spawn waits out unschedulable_grace_seconds.
 GRACE = [
-    pytest.param(
-        Case(
-            events=[scheduler(CPU_FULL, 0)],
-            want_code=NO_NODE_YET,
-            want_words=(
-                "Waiting for a node that can run this server",
-                "3 nodes: not enough free CPU",
-            ),
-            now=59,
+    Case(
+        "unpinned_unschedulable_waits_within_the_grace",
+        [scheduler(CPU_FULL, 0)],
+        NO_NODE_YET,
+        want_words=(
+            "Waiting for a node that can run this server",
+            "3 nodes: not enough free CPU",
         ),
-        id="unpinned_unschedulable_waits_within_the_grace",
+        now=59,
     ),
-    pytest.param(
-        Case(
-            events=[scheduler(CPU_FULL, 0)],
-            want_code=UNSCHEDULABLE,
-            want_words=("3 nodes: not enough free CPU", "60 seconds"),
-            want_facts={"grace": 60},
-            now=60,
-        ),
-        id="unpinned_unschedulable_fails_once_the_grace_has_passed",
+    Case(
+        "unpinned_unschedulable_fails_once_the_grace_has_passed",
+        [scheduler(CPU_FULL, 0)],
+        UNSCHEDULABLE,
+        want_words=("3 nodes: not enough free CPU", "60 seconds"),
+        want_facts={"grace": 60},
+        now=60,
     ),
-    pytest.param(
-        Case(
-            events=[scheduler(CPU_FULL, 0, last=55, count=4)],
-            want_code=UNSCHEDULABLE,
-            want_words=("not enough free CPU",),
-            want_facts={"grace": 60},
-            now=61,
-        ),
-        id="grace_counts_from_the_first_failed_scheduling_not_the_latest",
+    Case(
+        "grace_counts_from_the_first_failed_scheduling_not_the_latest",
+        [scheduler(CPU_FULL, 0, last=55, count=4)],
+        UNSCHEDULABLE,
+        want_words=("not enough free CPU",),
+        want_facts={"grace": 60},
+        now=61,
     ),
-    pytest.param(
-        Case(
-            events=[scheduler(CPU_FULL, 0)],
-            want_code=NO_NODE_YET,
-            want_words=("Waiting for a node",),
-            options={"unschedulable_grace_seconds": 300},
-            now=200,
-        ),
-        id="a_longer_grace_keeps_waiting",
+    Case(
+        "a_longer_grace_keeps_waiting",
+        [scheduler(CPU_FULL, 0)],
+        NO_NODE_YET,
+        want_words=("Waiting for a node",),
+        options={"unschedulable_grace_seconds": 300},
+        now=200,
     ),
-    pytest.param(
-        Case(
-            events=[scheduler(CPU_FULL, 0)],
-            want_code=NO_NODE_YET,
-            want_words=("Waiting for a node",),
-            options={"unschedulable_grace_seconds": 0},
-            now=3600,
-        ),
-        id="zero_grace_waits_for_ever",
+    Case(
+        "zero_grace_waits_for_ever",
+        [scheduler(CPU_FULL, 0)],
+        NO_NODE_YET,
+        want_words=("Waiting for a node",),
+        options={"unschedulable_grace_seconds": 0},
+        now=3600,
     ),
-    pytest.param(
-        Case(
-            events=[scheduler(CPU_FULL, 0), karpenter("FailedScheduling", KARPENTER_OTHER, 3)],
-            want_code=NO_NODE_YET,
-            want_words=("Waiting for a node",),
-            now=30,
-        ),
-        id="unrecognised_karpenter_failure_waits_within_the_grace",
+    Case(
+        "unrecognised_karpenter_failure_waits_within_the_grace",
+        [scheduler(CPU_FULL, 0), karpenter("FailedScheduling", KARPENTER_OTHER, 3)],
+        NO_NODE_YET,
+        want_words=("Waiting for a node",),
+        now=30,
     ),
-    pytest.param(
-        Case(
-            events=[scheduler(CPU_FULL, 0), karpenter("FailedScheduling", KARPENTER_OTHER, 3)],
-            want_code=UNSCHEDULABLE,
-            want_words=("not enough free CPU",),
-            want_facts={"grace": 60},
-            now=61,
-        ),
-        id="unrecognised_karpenter_failure_fails_once_the_grace_has_passed",
+    Case(
+        "unrecognised_karpenter_failure_fails_once_the_grace_has_passed",
+        [scheduler(CPU_FULL, 0), karpenter("FailedScheduling", KARPENTER_OTHER, 3)],
+        UNSCHEDULABLE,
+        want_words=("not enough free CPU",),
+        want_facts={"grace": 60},
+        now=61,
     ),
 ]
 
 
-@pytest.mark.parametrize("case", GRACE)
+@pytest.mark.parametrize("case", GRACE, ids=named)
 def test_an_unschedulable_pod_fails_once_its_grace_has_passed(case: Case) -> None:
     check(case)
 
@@ -645,279 +586,241 @@ def test_an_unschedulable_pod_fails_once_its_grace_has_passed(case: Case) -> Non
 # The volume is attached to another node (Multi-Attach, Waiting for detach): fail at once, unless
 # the same volume attached after it.
 ATTACHED_ELSEWHERE = [
-    pytest.param(
-        Case(
-            events=[
-                core("Scheduled", SCHEDULED, 0),
-                attach("FailedAttachVolume", MULTI_ATTACH_MIXED, 1),
-            ],
-            want_code=MULTI_ATTACH,
-            want_words=("2 other servers",),
-            want_facts={"holders": ("jupyter-alice--app", "jupyter-bob"), "others": 2},
-            now=2,
-        ),
-        id="multi_attach_error_fails_at_once",
+    Case(
+        "multi_attach_error_fails_at_once",
+        [
+            core("Scheduled", SCHEDULED, 0),
+            attach("FailedAttachVolume", MULTI_ATTACH_MIXED, 1),
+        ],
+        MULTI_ATTACH,
+        want_words=("2 other servers",),
+        want_facts={"holders": ("jupyter-alice--app", "jupyter-bob"), "others": 2},
+        now=2,
     ),
-    pytest.param(
-        Case(
-            events=[
-                core("Scheduled", SCHEDULED, 0),
-                attach("FailedAttachVolume", MULTI_ATTACH_EXCLUSIVE, 1),
-            ],
-            want_code=MULTI_ATTACH,
-            want_words=("still attached to another node", "Try again in a minute"),
-            want_facts={"holders": (), "others": 0},
-            now=2,
-        ),
-        id="exclusive_attachment_without_pods_fails_at_once",
+    Case(
+        "exclusive_attachment_without_pods_fails_at_once",
+        [
+            core("Scheduled", SCHEDULED, 0),
+            attach("FailedAttachVolume", MULTI_ATTACH_EXCLUSIVE, 1),
+        ],
+        MULTI_ATTACH,
+        want_words=("still attached to another node", "Try again in a minute"),
+        want_facts={"holders": (), "others": 0},
+        now=2,
     ),
-    pytest.param(
-        Case(
-            events=[
-                core("Scheduled", SCHEDULED, 0),
-                attach("FailedAttachVolume", WAITING_FOR_DETACH_MIXED, 1),
-            ],
-            want_code=MULTI_ATTACH,
-            want_words=("2 other servers",),
-            want_facts={"holders": ("jupyter-alice--app", "jupyter-bob"), "others": 2},
-            now=2,
-        ),
-        id="waiting_for_detach_fails_at_once",
+    Case(
+        "waiting_for_detach_fails_at_once",
+        [
+            core("Scheduled", SCHEDULED, 0),
+            attach("FailedAttachVolume", WAITING_FOR_DETACH_MIXED, 1),
+        ],
+        MULTI_ATTACH,
+        want_words=("2 other servers",),
+        want_facts={"holders": ("jupyter-alice--app", "jupyter-bob"), "others": 2},
+        now=2,
     ),
-    pytest.param(
-        Case(
-            events=[
-                core("Scheduled", SCHEDULED, 0),
-                attach("FailedAttachVolume", WAITING_FOR_DETACH_EXCLUSIVE, 1),
-            ],
-            want_code=MULTI_ATTACH,
-            want_words=("still attached to another node", "Try again in a minute"),
-            want_facts={"holders": (), "others": 0},
-            now=2,
-        ),
-        id="waiting_for_detach_of_an_exclusive_attachment_fails_at_once",
+    Case(
+        "waiting_for_detach_of_an_exclusive_attachment_fails_at_once",
+        [
+            core("Scheduled", SCHEDULED, 0),
+            attach("FailedAttachVolume", WAITING_FOR_DETACH_EXCLUSIVE, 1),
+        ],
+        MULTI_ATTACH,
+        want_words=("still attached to another node", "Try again in a minute"),
+        want_facts={"holders": (), "others": 0},
+        now=2,
     ),
-    pytest.param(
-        Case(
-            events=[
-                attach("FailedAttachVolume", WAITING_FOR_DETACH_MIXED, 1),
-                attach("SuccessfulAttachVolume", ATTACHED_1234, 40),
-            ],
-            want_code=PROGRESS,
-            want_words=("Storage volume attached",),
-            want_facts={"event": "SuccessfulAttachVolume"},
-            now=41,
-        ),
-        id="waiting_for_detach_resolved_by_a_later_attach_of_the_same_volume_waits",
+    Case(
+        "waiting_for_detach_resolved_by_a_later_attach_of_the_same_volume_waits",
+        [
+            attach("FailedAttachVolume", WAITING_FOR_DETACH_MIXED, 1),
+            attach("SuccessfulAttachVolume", ATTACHED_1234, 40),
+        ],
+        PROGRESS,
+        want_words=("Storage volume attached",),
+        want_facts={"event": "SuccessfulAttachVolume"},
+        now=41,
     ),
-    pytest.param(
-        Case(
-            events=[
-                attach("FailedAttachVolume", MULTI_ATTACH_MIXED, 1),
-                attach("SuccessfulAttachVolume", ATTACHED_1234, 40),
-            ],
-            want_code=PROGRESS,
-            want_words=("Storage volume attached",),
-            want_facts={"event": "SuccessfulAttachVolume"},
-            now=41,
-        ),
-        id="multi_attach_resolved_by_a_later_attach_of_the_same_volume_waits",
+    Case(
+        "multi_attach_resolved_by_a_later_attach_of_the_same_volume_waits",
+        [
+            attach("FailedAttachVolume", MULTI_ATTACH_MIXED, 1),
+            attach("SuccessfulAttachVolume", ATTACHED_1234, 40),
+        ],
+        PROGRESS,
+        want_words=("Storage volume attached",),
+        want_facts={"event": "SuccessfulAttachVolume"},
+        now=41,
     ),
-    pytest.param(
-        Case(
-            events=[
-                attach("FailedAttachVolume", MULTI_ATTACH_MIXED, 1),
-                attach("SuccessfulAttachVolume", ATTACHED_5678, 2),
-            ],
-            want_code=MULTI_ATTACH,
-            want_facts={"holders": ("jupyter-alice--app", "jupyter-bob"), "others": 2},
-            now=3,
-        ),
-        id="attach_of_another_volume_does_not_resolve_a_multi_attach_error",
+    Case(
+        "attach_of_another_volume_does_not_resolve_a_multi_attach_error",
+        [
+            attach("FailedAttachVolume", MULTI_ATTACH_MIXED, 1),
+            attach("SuccessfulAttachVolume", ATTACHED_5678, 2),
+        ],
+        MULTI_ATTACH,
+        want_facts={"holders": ("jupyter-alice--app", "jupyter-bob"), "others": 2},
+        now=3,
     ),
 ]
 
 
-@pytest.mark.parametrize("case", ATTACHED_ELSEWHERE)
+@pytest.mark.parametrize("case", ATTACHED_ELSEWHERE, ids=named)
 def test_a_volume_attached_elsewhere_ends_the_spawn_at_once(case: Case) -> None:
     check(case)
 
 
 # An invalid image fails at once; a failing pull after image_pull_grace_seconds.
 IMAGES = [
-    pytest.param(
-        Case(
-            events=[kubelet("Failed", INVALID_IMAGE_NAME, 0)],
-            want_code=IMAGE_INVALID,
-            want_words=("image name", "not valid"),
-            want_facts={"image": None, "causes": ("bad-name",)},
-        ),
-        id="invalid_image_name_fails_at_once",
+    Case(
+        "invalid_image_name_fails_at_once",
+        [kubelet("Failed", INVALID_IMAGE_NAME, 0)],
+        IMAGE_INVALID,
+        want_words=("image name", "not valid"),
+        want_facts={"image": None, "causes": ("bad-name",)},
     ),
-    pytest.param(
-        Case(
-            events=[
-                kubelet("InspectFailed", DEFAULT_TAG_FAILED, 0),
-                kubelet("Failed", INVALID_IMAGE_NAME, 0),
-            ],
-            want_code=IMAGE_INVALID,
-            want_words=('"quay.io/nebari/Lab:2024.1"', "not valid"),
-            want_facts={"image": "quay.io/nebari/Lab:2024.1", "causes": ("bad-name",)},
-        ),
-        id="unparseable_image_reference_fails_at_once",
+    Case(
+        "unparseable_image_reference_fails_at_once",
+        [
+            kubelet("InspectFailed", DEFAULT_TAG_FAILED, 0),
+            kubelet("Failed", INVALID_IMAGE_NAME, 0),
+        ],
+        IMAGE_INVALID,
+        want_words=('"quay.io/nebari/Lab:2024.1"', "not valid"),
+        want_facts={"image": "quay.io/nebari/Lab:2024.1", "causes": ("bad-name",)},
     ),
-    pytest.param(
-        Case(
-            events=[
-                kubelet("ErrImageNeverPull", NEVER_PULL, 0),
-                kubelet("Failed", ERR_NEVER_PULL, 0),
-            ],
-            want_code=IMAGE_INVALID,
-            want_words=("pull policy forbids downloading it",),
-            want_facts={"image": IMAGE, "causes": ("never-pull",)},
-        ),
-        id="absent_image_with_pull_policy_never_fails_at_once",
+    Case(
+        "absent_image_with_pull_policy_never_fails_at_once",
+        [
+            kubelet("ErrImageNeverPull", NEVER_PULL, 0),
+            kubelet("Failed", ERR_NEVER_PULL, 0),
+        ],
+        IMAGE_INVALID,
+        want_words=("pull policy forbids downloading it",),
+        want_facts={"image": IMAGE, "causes": ("never-pull",)},
     ),
-    pytest.param(
-        Case(
-            events=[
-                kubelet("Pulling", PULLING, 0),
-                kubelet("Failed", PULL_FAILED, 5),
-                kubelet("Failed", ERR_IMAGE_PULL, 5),
-                kubelet("BackOff", PULL_BACKOFF, 10),
-                kubelet("Failed", ERR_PULL_BACKOFF, 10),
-            ],
-            want_code=RETRYING_PULL,
-            want_words=(f'Retrying the download of image "{IMAGE}"',),
-            want_facts={"image": IMAGE},
-            now=120,
-        ),
-        id="image_pull_failure_waits_within_the_grace",
+    Case(
+        "image_pull_failure_waits_within_the_grace",
+        [
+            kubelet("Pulling", PULLING, 0),
+            kubelet("Failed", PULL_FAILED, 5),
+            kubelet("Failed", ERR_IMAGE_PULL, 5),
+            kubelet("BackOff", PULL_BACKOFF, 10),
+            kubelet("Failed", ERR_PULL_BACKOFF, 10),
+        ],
+        RETRYING_PULL,
+        want_words=(f'Retrying the download of image "{IMAGE}"',),
+        want_facts={"image": IMAGE},
+        now=120,
     ),
-    pytest.param(
-        Case(
-            events=[
-                kubelet("Pulling", PULLING, 0),
-                kubelet("Failed", PULL_FAILED, 5),
-                kubelet("Failed", ERR_IMAGE_PULL, 5),
-                kubelet("BackOff", PULL_BACKOFF, 10, last=100, count=5),
-                kubelet("Failed", ERR_PULL_BACKOFF, 10, last=100, count=5),
-            ],
-            want_code=IMAGE_PULL,
-            want_words=(f'"{IMAGE}"', "120 seconds", "not found"),
-            want_facts={"image": IMAGE, "causes": ("not-found",), "grace": 120},
-            now=125,
-        ),
-        id="image_pull_failure_fails_once_the_grace_has_passed",
+    Case(
+        "image_pull_failure_fails_once_the_grace_has_passed",
+        [
+            kubelet("Pulling", PULLING, 0),
+            kubelet("Failed", PULL_FAILED, 5),
+            kubelet("Failed", ERR_IMAGE_PULL, 5),
+            kubelet("BackOff", PULL_BACKOFF, 10, last=100, count=5),
+            kubelet("Failed", ERR_PULL_BACKOFF, 10, last=100, count=5),
+        ],
+        IMAGE_PULL,
+        want_words=(f'"{IMAGE}"', "120 seconds", "not found"),
+        want_facts={"image": IMAGE, "causes": ("not-found",), "grace": 120},
+        now=125,
     ),
-    pytest.param(
-        Case(
-            events=[kubelet("BackOff", PULL_BACKOFF, 0, last=200, count=9)],
-            want_code=IMAGE_PULL,
-            want_words=(f'"{IMAGE}"',),
-            want_facts={"image": IMAGE, "grace": 120},
-            now=130,
-        ),
-        id="pull_back_off_alone_fails_once_the_grace_has_passed",
+    Case(
+        "pull_back_off_alone_fails_once_the_grace_has_passed",
+        [kubelet("BackOff", PULL_BACKOFF, 0, last=200, count=9)],
+        IMAGE_PULL,
+        want_words=(f'"{IMAGE}"',),
+        want_facts={"image": IMAGE, "grace": 120},
+        now=130,
     ),
-    pytest.param(
-        Case(
-            events=[
-                kubelet("Failed", PULL_FAILED, 0),
-                kubelet("BackOff", PULL_BACKOFF, 10, last=3000),
-            ],
-            want_code=RETRYING_PULL,
-            want_words=("Retrying",),
-            want_facts={"image": IMAGE},
-            options={"image_pull_grace_seconds": 0},
-            now=3600,
-        ),
-        id="image_pull_grace_of_zero_waits_for_ever",
+    Case(
+        "image_pull_grace_of_zero_waits_for_ever",
+        [
+            kubelet("Failed", PULL_FAILED, 0),
+            kubelet("BackOff", PULL_BACKOFF, 10, last=3000),
+        ],
+        RETRYING_PULL,
+        want_words=("Retrying",),
+        want_facts={"image": IMAGE},
+        options={"image_pull_grace_seconds": 0},
+        now=3600,
     ),
-    pytest.param(
-        Case(
-            events=[
-                kubelet("Failed", PULL_FAILED, 0),
-                kubelet("Failed", ERR_IMAGE_PULL, 0),
-                kubelet("Pulled", PULLED, 30),
-                kubelet("Pulling", PULLING_INIT, 40),
-            ],
-            want_code=PROGRESS,
-            want_words=("Downloading the server image",),
-            want_facts={"event": "Pulling"},
-            now=300,
-        ),
-        id="successful_pull_after_a_failure_ends_the_pull_grace",
+    Case(
+        "successful_pull_after_a_failure_ends_the_pull_grace",
+        [
+            kubelet("Failed", PULL_FAILED, 0),
+            kubelet("Failed", ERR_IMAGE_PULL, 0),
+            kubelet("Pulled", PULLED, 30),
+            kubelet("Pulling", PULLING_INIT, 40),
+        ],
+        PROGRESS,
+        want_words=("Downloading the server image",),
+        want_facts={"event": "Pulling"},
+        now=300,
     ),
-    pytest.param(
-        Case(
-            events=[
-                kubelet("Started", "Started container notebook", 0),
-                kubelet("BackOff", CRASH_LOOP, 5, last=900),
-            ],
-            want_code=PROGRESS,
-            want_words=("Server container started",),
-            want_facts={"event": "Started"},
-            now=1000,
-        ),
-        id="crash_loop_back_off_is_not_an_image_failure",
+    Case(
+        "crash_loop_back_off_is_not_an_image_failure",
+        [
+            kubelet("Started", "Started container notebook", 0),
+            kubelet("BackOff", CRASH_LOOP, 5, last=900),
+        ],
+        PROGRESS,
+        want_words=("Server container started",),
+        want_facts={"event": "Started"},
+        now=1000,
     ),
 ]
 
 
-@pytest.mark.parametrize("case", IMAGES)
+@pytest.mark.parametrize("case", IMAGES, ids=named)
 def test_image_trouble_fails_at_once_or_after_the_pull_grace(case: Case) -> None:
     check(case)
 
 
 # Everything else waits, saying how far the start got.
 EVERYTHING_ELSE = [
-    pytest.param(
-        Case(
-            events=[
-                core("Scheduled", SCHEDULED, 0),
-                kubelet("Pulling", PULLING, 1),
-                kubelet("Pulled", PULLED, 60),
-                kubelet("Created", "Created container notebook", 61),
-                kubelet("Started", "Started container notebook", 61),
-            ],
-            want_code=PROGRESS,
-            want_words=("Server container started",),
-            want_facts={"event": "Started"},
-            pinned_node="cpu-1",
-            now=62,
-        ),
-        id="unrelated_events_wait_with_progress_text",
+    Case(
+        "unrelated_events_wait_with_progress_text",
+        [
+            core("Scheduled", SCHEDULED, 0),
+            kubelet("Pulling", PULLING, 1),
+            kubelet("Pulled", PULLED, 60),
+            kubelet("Created", "Created container notebook", 61),
+            kubelet("Started", "Started container notebook", 61),
+        ],
+        PROGRESS,
+        want_words=("Server container started",),
+        want_facts={"event": "Started"},
+        pinned_node="cpu-1",
+        now=62,
     ),
-    pytest.param(
-        Case(
-            events=[
-                scheduler(GPU_PROFILE_ON_CPU_NODES, 0),
-                autoscaler("TriggeredScaleUp", CA_TRIGGERED, 5),
-                core("Scheduled", SCHEDULED, 200),
-                kubelet("Pulling", PULLING, 201),
-            ],
-            want_code=PROGRESS,
-            want_words=("Downloading the server image",),
-            want_facts={"event": "Pulling"},
-            now=400,
-        ),
-        id="scheduling_after_a_scale_up_ends_the_scheduling_trouble",
+    Case(
+        "scheduling_after_a_scale_up_ends_the_scheduling_trouble",
+        [
+            scheduler(GPU_PROFILE_ON_CPU_NODES, 0),
+            autoscaler("TriggeredScaleUp", CA_TRIGGERED, 5),
+            core("Scheduled", SCHEDULED, 200),
+            kubelet("Pulling", PULLING, 201),
+        ],
+        PROGRESS,
+        want_words=("Downloading the server image",),
+        want_facts={"event": "Pulling"},
+        now=400,
     ),
-    pytest.param(
-        Case(
-            events=[scheduler(CPU_FULL, 0), kubelet("Pulling", PULLING, 100)],
-            want_code=PROGRESS,
-            want_words=("Downloading the server image",),
-            want_facts={"event": "Pulling"},
-            now=400,
-        ),
-        id="kubelet_events_prove_the_pod_is_bound_when_scheduled_was_missed",
+    Case(
+        "kubelet_events_prove_the_pod_is_bound_when_scheduled_was_missed",
+        [scheduler(CPU_FULL, 0), kubelet("Pulling", PULLING, 100)],
+        PROGRESS,
+        want_words=("Downloading the server image",),
+        want_facts={"event": "Pulling"},
+        now=400,
     ),
 ]
 
 
-@pytest.mark.parametrize("case", EVERYTHING_ELSE)
+@pytest.mark.parametrize("case", EVERYTHING_ELSE, ids=named)
 def test_everything_else_waits_with_progress_words(case: Case) -> None:
     check(case)
 
@@ -925,74 +828,55 @@ def test_everything_else_waits_with_progress_words(case: Case) -> None:
 # Events are read in time order, whichever of the two Event APIs wrote them, with or without
 # times.
 TIMESTAMPS = [
-    pytest.param(
-        Case(
-            events=[bare("FailedScheduling", PINNED_NODE_CORDONED)],
-            want_code=UNSCHEDULABLE_PINNED,
-            want_words=("cordoned",),
-            want_facts={"node": "cpu-1"},
-            pinned_node="cpu-1",
-        ),
-        id="events_without_timestamps_still_fail_at_once",
+    Case(
+        "events_without_timestamps_still_fail_at_once",
+        [bare("FailedScheduling", PINNED_NODE_CORDONED)],
+        UNSCHEDULABLE_PINNED,
+        want_words=("cordoned",),
+        pinned_node="cpu-1",
     ),
-    pytest.param(
-        Case(
-            events=[bare("FailedScheduling", CPU_FULL)],
-            want_code=NO_NODE_YET,
-            want_words=("Waiting for a node",),
-            now=100_000,
-        ),
-        id="failed_scheduling_without_timestamps_never_fails_on_time",
+    Case(
+        "failed_scheduling_without_timestamps_never_fails_on_time",
+        [bare("FailedScheduling", CPU_FULL)],
+        NO_NODE_YET,
+        want_words=("Waiting for a node",),
+        now=100_000,
     ),
-    pytest.param(
-        Case(
-            events=[series("FailedScheduling", CPU_FULL, 0.5, last=40)],
-            want_code=UNSCHEDULABLE,
-            want_words=("not enough free CPU",),
-            want_facts={"grace": 60},
-            now=61,
-        ),
-        id="events_api_microtime_and_series_are_read",
+    Case(
+        "events_api_microtime_and_series_are_read",
+        [series("FailedScheduling", CPU_FULL, 0.5, last=40)],
+        UNSCHEDULABLE,
+        want_words=("not enough free CPU",),
+        want_facts={"grace": 60},
+        now=61,
     ),
-    pytest.param(
-        Case(
-            events=[
-                autoscaler("TriggeredScaleUp", CA_TRIGGERED, 180),
-                scheduler(CPU_FULL, 0),
-                autoscaler("NotTriggerScaleUp", CA_REFUSED, 2),
-            ],
-            want_code=SCALING_UP,
-            want_words=("adding one",),
-            want_facts={"gpu": False},
-            now=200,
-        ),
-        id="events_are_put_in_time_order_before_the_latest_autoscaler_word_decides",
+    Case(
+        "events_are_put_in_time_order_before_the_latest_autoscaler_word_decides",
+        [
+            autoscaler("TriggeredScaleUp", CA_TRIGGERED, 180),
+            scheduler(CPU_FULL, 0),
+            autoscaler("NotTriggerScaleUp", CA_REFUSED, 2),
+        ],
+        SCALING_UP,
+        want_words=("adding one",),
+        want_facts={"gpu": False},
+        now=200,
     ),
-    pytest.param(
-        Case(
-            events=[
-                autoscaler("NotTriggerScaleUp", CA_REFUSED, 100),
-                autoscaler("TriggeredScaleUp", CA_TRIGGERED, 5),
-                scheduler(CPU_FULL, 0),
-            ],
-            want_code=NO_SCALE_UP,
-            now=101,
-        ),
-        id="a_refusal_that_came_last_fails_whatever_the_input_order",
+    Case(
+        "a_refusal_that_came_last_fails_whatever_the_input_order",
+        [
+            autoscaler("NotTriggerScaleUp", CA_REFUSED, 100),
+            autoscaler("TriggeredScaleUp", CA_TRIGGERED, 5),
+            scheduler(CPU_FULL, 0),
+        ],
+        NO_SCALE_UP,
+        now=101,
     ),
-    pytest.param(
-        Case(
-            events=[],
-            want_code=PROGRESS,
-            pinned_node="cpu-1",
-            now=0,
-        ),
-        id="no_events_wait_with_nothing_to_say",
-    ),
+    Case("no_events_wait_with_nothing_to_say", [], PROGRESS, pinned_node="cpu-1", now=0),
 ]
 
 
-@pytest.mark.parametrize("case", TIMESTAMPS)
+@pytest.mark.parametrize("case", TIMESTAMPS, ids=named)
 def test_events_are_read_in_time_order_with_or_without_timestamps(case: Case) -> None:
     check(case)
 
@@ -1245,6 +1129,27 @@ def test_every_code_has_words_and_every_progress_event_too() -> None:
         assert messages.event_text(EventVerdict(WAIT, PROGRESS, "raw", event=event)), event
 
 
+def test_every_fragment_cause_has_words() -> None:
+    from nebari_colocate import events
+
+    causes = {v for k, v in vars(events).items() if k.startswith("FRAGMENT_")}
+    for cause in causes - {events.FRAGMENT_INSUFFICIENT}:
+        fragment = events.Fragment(1, cause, "as the scheduler wrote it")
+        assert messages.fragment_words(fragment) != "as the scheduler wrote it", cause
+    gpu = events.read_fragment("Insufficient amd.com/gpu")
+    assert messages.fragment_words(gpu) == "not enough free GPUs"
+
+
+def test_the_operator_line_keeps_the_raw_event() -> None:
+    verdict = classify([scheduler(CPU_FULL, 0)], pinned_node="cpu-1", now=T0)
+    assert messages.event_operator_line(
+        verdict, username="alice", server_name="", pod_name="jupyter-alice"
+    ) == (
+        f"colocate event-verdict=fail reason=unschedulable-pinned user='alice' server='' "
+        f"pod=jupyter-alice event={CPU_FULL!r}"
+    )
+
+
 def test_verdict_is_immutable() -> None:
     verdict = classify([], pinned_node=None, now=T0)
     assert verdict == EventVerdict(WAIT, PROGRESS)
@@ -1318,121 +1223,105 @@ KARPENTER_SKIPS_PINNED_POD = (
 # Karpenter 1.15: one reason per NodePool, each read into a cause; the words name the one that
 # matters.
 KARPENTER = [
-    pytest.param(
-        Case(
-            events=[
-                scheduler(CPU_FULL, 0),
-                karpenter("FailedScheduling", KARPENTER_CAPACITY_CAP, 1),
-            ],
-            want_code=NO_SCALE_UP,
-            want_words=(
-                "where your other servers are",
-                "attached to one node at a time",
-                "Stop your other",
-            ),
-            want_absent=("taint", "reserved"),
-            want_facts={"causes": ("taint", "colocation")},
-            now=2,
+    Case(
+        "capacity_cap_names_the_colocation_not_the_taint",
+        [
+            scheduler(CPU_FULL, 0),
+            karpenter("FailedScheduling", KARPENTER_CAPACITY_CAP, 1),
+        ],
+        NO_SCALE_UP,
+        want_words=(
+            "where your other servers are",
+            "attached to one node at a time",
+            "Stop your other",
         ),
-        id="capacity_cap_names_the_colocation_not_the_taint",
+        want_absent=("taint", "reserved"),
+        want_facts={"causes": ("taint", "colocation")},
+        now=2,
     ),
-    pytest.param(
-        Case(
-            events=[
-                scheduler(GPU_PROFILE_ON_CPU_NODES, 0),
-                karpenter("FailedScheduling", KARPENTER_GPU_LAB_BLOCKED, 1),
-            ],
-            want_code=NO_SCALE_UP,
-            want_words=("where your other servers are",),
-            want_absent=("kind of node",),
-            want_facts={"causes": ("colocation",)},
-            now=2,
-        ),
-        id="gpu_lab_blocked_names_the_colocation",
+    Case(
+        "gpu_lab_blocked_names_the_colocation",
+        [
+            scheduler(GPU_PROFILE_ON_CPU_NODES, 0),
+            karpenter("FailedScheduling", KARPENTER_GPU_LAB_BLOCKED, 1),
+        ],
+        NO_SCALE_UP,
+        want_words=("where your other servers are",),
+        want_absent=("kind of node",),
+        want_facts={"causes": ("colocation",)},
+        now=2,
     ),
-    pytest.param(
-        Case(
-            events=[
-                scheduler(CPU_FULL, 0),
-                karpenter("FailedScheduling", KARPENTER_NO_POOL_HAS_SO_MANY_GPUS, 1),
-            ],
-            want_code=NO_SCALE_UP,
-            want_words=("no machine type is big enough", "(8 GPUs)"),
-            want_absent=("other servers",),
-            want_facts={"causes": ("no-instance-type",)},
-            now=2,
-        ),
-        id="no_machine_type_big_enough_names_what_the_server_asks_for",
+    Case(
+        "no_machine_type_big_enough_names_what_the_server_asks_for",
+        [
+            scheduler(CPU_FULL, 0),
+            karpenter("FailedScheduling", KARPENTER_NO_POOL_HAS_SO_MANY_GPUS, 1),
+        ],
+        NO_SCALE_UP,
+        want_words=("no machine type is big enough", "(8 GPUs)"),
+        want_absent=("other servers",),
+        want_facts={"causes": ("no-instance-type",)},
+        now=2,
     ),
-    pytest.param(
-        Case(
-            events=[
-                scheduler(GPU_PROFILE_ON_CPU_NODES, 0),
-                karpenter("FailedScheduling", KARPENTER_WRONG_KIND_EVERYWHERE, 1),
-            ],
-            want_code=NO_SCALE_UP,
-            want_words=("no node pool offers the kind of node",),
-            want_absent=("reserved",),
-            want_facts={"causes": ("requirements", "taint")},
-            now=2,
-        ),
-        id="no_pool_of_the_right_kind_says_so_once",
+    Case(
+        "no_pool_of_the_right_kind_says_so_once",
+        [
+            scheduler(GPU_PROFILE_ON_CPU_NODES, 0),
+            karpenter("FailedScheduling", KARPENTER_WRONG_KIND_EVERYWHERE, 1),
+        ],
+        NO_SCALE_UP,
+        want_words=("no node pool offers the kind of node",),
+        want_absent=("reserved",),
+        want_facts={"causes": ("requirements", "taint")},
+        now=2,
     ),
-    pytest.param(
-        Case(
-            events=[
-                scheduler(CPU_FULL, 0),
-                karpenter("FailedScheduling", KARPENTER_ONE_POOL_NOT_UNDERSTOOD, 1),
-            ],
-            want_code=NO_NODE_YET,
-            want_facts={"causes": ()},
-            now=10,
-        ),
-        id="a_reason_not_understood_keeps_waiting_within_the_grace",
+    Case(
+        "a_reason_not_understood_keeps_waiting_within_the_grace",
+        [
+            scheduler(CPU_FULL, 0),
+            karpenter("FailedScheduling", KARPENTER_ONE_POOL_NOT_UNDERSTOOD, 1),
+        ],
+        NO_NODE_YET,
+        want_facts={"causes": ()},
+        now=10,
     ),
-    pytest.param(
-        Case(
-            events=[karpenter("FailedScheduling", KARPENTER_SKIPS_PINNED_POD, 1)],
-            want_code=PROGRESS,
-            want_absent=("profile", "node pool"),
-            want_facts={"causes": ()},
-            now=600,
-        ),
-        id="karpenter_skipping_a_pinned_pod_is_no_verdict",
+    Case(
+        "karpenter_skipping_a_pinned_pod_is_no_verdict",
+        [karpenter("FailedScheduling", KARPENTER_SKIPS_PINNED_POD, 1)],
+        PROGRESS,
+        want_absent=("profile", "node pool"),
+        want_facts={"causes": ()},
+        now=600,
     ),
-    pytest.param(
-        Case(
-            events=[
-                karpenter("FailedScheduling", KARPENTER_SKIPS_PINNED_POD, 0),
-                scheduler(PINNED_NODE_FULL, 1),
-            ],
-            want_code=UNSCHEDULABLE_PINNED,
-            want_words=("not enough free CPU",),
-            want_absent=("node pool", "matchFields"),
-            want_facts={"causes": ()},
-            pinned_node="cpu-1",
-            now=2,
-        ),
-        id="karpenter_skipping_a_pinned_pod_leaves_the_scheduler_verdict",
+    Case(
+        "karpenter_skipping_a_pinned_pod_leaves_the_scheduler_verdict",
+        [
+            karpenter("FailedScheduling", KARPENTER_SKIPS_PINNED_POD, 0),
+            scheduler(PINNED_NODE_FULL, 1),
+        ],
+        UNSCHEDULABLE_PINNED,
+        want_words=("not enough free CPU",),
+        want_absent=("node pool", "matchFields"),
+        want_facts={"causes": ()},
+        pinned_node="cpu-1",
+        now=2,
     ),
-    pytest.param(
-        Case(
-            events=[
-                scheduler(CPU_FULL, 0),
-                karpenter("FailedScheduling", KARPENTER_CAPACITY_CAP, 1),
-                karpenter("Nominated", KARPENTER_NOMINATED, 2),
-            ],
-            want_code=SCALING_UP,
-            want_words=("Waiting for a new node",),
-            want_facts={"causes": ()},
-            now=3,
-        ),
-        id="a_nomination_after_a_refusal_is_a_hint_and_keeps_waiting",
+    Case(
+        "a_nomination_after_a_refusal_is_a_hint_and_keeps_waiting",
+        [
+            scheduler(CPU_FULL, 0),
+            karpenter("FailedScheduling", KARPENTER_CAPACITY_CAP, 1),
+            karpenter("Nominated", KARPENTER_NOMINATED, 2),
+        ],
+        SCALING_UP,
+        want_words=("Waiting for a new node",),
+        want_facts={"causes": ()},
+        now=3,
     ),
 ]
 
 
-@pytest.mark.parametrize("case", KARPENTER)
+@pytest.mark.parametrize("case", KARPENTER, ids=named)
 def test_karpenter_reasons_are_each_understood(case: Case) -> None:
     check(case)
 

@@ -282,3 +282,8 @@ def test_apply_outcomes_in_words(test_variation_id, result, expect):
 
 def test_the_hint_to_finish_a_move_names_the_volume_to_delete():
     assert messages.delete_old_volume_hint("pv-1").endswith("kubectl delete pv pv-1")
+
+
+def test_every_plan_action_and_outcome_code_has_words():
+    assert set(messages.MIGRATE_ACTIONS) == set(migrate.ACTIONS)
+    assert set(messages.MIGRATE_OUTCOMES) == set(migrate.OUTCOMES)

@@ -239,6 +239,15 @@ def test_helm_configure_sets_config_and_fails_at_hub_start_on_conflict():
         configure(Config(), get_config=lambda key, default=None: values.get(key, default))
 
 
+def test_helm_configure_writes_the_values_into_the_section_it_is_given():
+    c = Config()
+    values = {"custom": {"storage-access-mode": "ReadWriteMany", "storage-class": "nfs"}}
+    configure(c, get_config=lambda key, default=None: values.get(key, default), section="MySpawner")
+    assert c.MySpawner.storage_access_mode == "ReadWriteMany"
+    assert c.MySpawner.storage_class == "nfs"
+    assert "storage_access_mode" not in c.ColocatingKubeSpawner
+
+
 def test_helm_mode_wins_over_the_charts_storage_access_modes_and_keeps_its_class():
     # zero-to-jupyterhub always sets these two from singleuser.storage.dynamic.*
     c = Config()
