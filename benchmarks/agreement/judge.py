@@ -1,9 +1,9 @@
 """What the real kube-scheduler did with a scenario's pod, and whether ``decide`` predicted it.
 
-The scheduler's FailedScheduling message is read with the package's own parser
-(:func:`nebari_colocate.events.fit_error_fragments`, the one the spawner's fail-fast uses); this
-module only maps its fragments to our reason codes and kube-scheduler's filter plugins.
-Agreement is defined in ``benchmarks/README.md`` (section ``agreement``).
+The scheduler's FailedScheduling message is read with the package's own readers
+(``nebari_colocate.events.fit_error_fragments`` and ``read_fragment``, the ones the spawner's
+fail-fast uses); this module only maps their causes to our reason codes and kube-scheduler's
+filter plugins.  Agreement is defined in ``benchmarks/README.md`` (section ``agreement``).
 """
 
 from __future__ import annotations
@@ -13,7 +13,14 @@ import time
 from datetime import datetime, timezone
 
 from nebari_colocate import fit
-from nebari_colocate.events import fit_error_fragments, parse_time
+from nebari_colocate.events import (
+    FRAGMENT_CORDONED,
+    FRAGMENT_INSUFFICIENT,
+    FRAGMENT_SINGLE_POD_VOLUME,
+    fit_error_fragments,
+    parse_time,
+    read_fragment,
+)
 from nebari_colocate.objects import pod_claims
 from nebari_colocate.placement import CLAIM_IN_USE, COLOCATE, REFUSE, Decision
 from nebari_colocate.state import ClusterState
@@ -33,15 +40,11 @@ PLUGIN_CODES = {
 }
 FILTER_ORDER = tuple(PLUGIN_CODES)
 
-# The scheduler's per-node fragments (without their counts) -> our reason code.
-FRAGMENTS = {
-    "node(s) were unschedulable": fit.NODE_UNSCHEDULABLE,
-    "node(s) had untolerated taint(s)": fit.TAINT,
-    "node(s) didn't match Pod's node affinity/selector": fit.NODE_SELECTOR,
-    "Too many pods": fit.TOO_MANY_PODS,
-    "node(s) unavailable due to PersistentVolumeClaim with ReadWriteOncePod access mode "
-    "already in-use by another pod": CLAIM_IN_USE,
-    "node(s) didn't match PersistentVolume's node affinity": fit.VOLUME_NODE_AFFINITY,
+# events.read_fragment's causes that are not our reason codes already (node-selector, taint,
+# too-many-pods and volume-node-affinity are fit's codes in both; insufficient carries a resource)
+OUR_CODES = {
+    FRAGMENT_CORDONED: fit.NODE_UNSCHEDULABLE,
+    FRAGMENT_SINGLE_POD_VOLUME: CLAIM_IN_USE,
 }
 # PreFilter rejections: every node gets the same status, no per-node histogram.
 PREFILTER_FRAGMENTS = {"pod affinity terms conflict": fit.NODE_SELECTOR}
@@ -56,10 +59,13 @@ def plugin_of(code: str) -> str | None:
 
 
 def fragment_code(fragment: str) -> str | None:
-    """Our reason code for one fragment of the scheduler's per-node histogram, or None."""
-    if fragment.startswith("Insufficient "):
-        return fit.insufficient(fragment[len("Insufficient ") :])
-    return FRAGMENTS.get(fragment)
+    """Our reason code for one fragment of the scheduler's per-node histogram (read by
+    events.read_fragment, as the spawner reads it), or None when we have none."""
+    read = read_fragment(fragment)
+    if read.cause == FRAGMENT_INSUFFICIENT:
+        return fit.insufficient(read.resource)
+    code = OUR_CODES.get(read.cause or "", read.cause)
+    return code if code and plugin_of(code) else None
 
 
 def parse_failed_scheduling(message: str) -> tuple[str | None, dict[str, int]]:
