@@ -145,14 +145,25 @@ class Hub:
         return outcome
 
     async def wait_until_pods_run(self, node: str, timeout: float = 120.0) -> None:
-        """A throwaway pod pinned to ``node`` goes Running, then is deleted: proof that the
-        scheduler and kwok are back on their watches after a restart. client-go's reflectors back
-        off up to 30 s before they watch again, so a test that restarts etcd or the apiserver
-        waits for this before it ends, and the next test does not meet half-reconnected
-        components."""
+        """After a restart: a pod pinned to ``node``, then a pod on a NEW node with a NEW bound
+        claim, each go Running and are deleted. client-go's reflectors back off up to 30 s before
+        they watch again, each collection on its own, so the first probe proves the scheduler's and
+        kwok's pod watches and the second their node watches and kube-controller-manager's claim
+        binding and attach. The next test starts on a new node with a new claim: without the second
+        probe it met half-reconnected components and its first server did not start in 30 s."""
+        await self._probe(node, [], timeout)
+        token = secrets.token_hex(4)
+        fresh, user = f"{self.namespace}-probe-{token}", f"probe-{token}"
+        await self.create_node(fresh)
+        self.users.add(user)  # its claim is a home: the teardown's claim check allows it
+        await self.create_bound_claim(f"claim-{user}", timeout=timeout)
+        await self._probe(fresh, [f"claim-{user}"], timeout)
+
+    async def _probe(self, node: str, claims: list[str], timeout: float) -> None:
         name = f"probe-{secrets.token_hex(4)}"
         body = builders.kube_pod(
             name,
+            claims=claims,
             node_selector={"kubernetes.io/hostname": node},
             containers=[builders.container("probe", image="probe")],
         )
