@@ -149,15 +149,29 @@ class Hub:
         claim, each go Running and are deleted. client-go's reflectors back off up to 30 s before
         they watch again, each collection on its own, so the first probe proves the scheduler's and
         kwok's pod watches and the second their node watches and kube-controller-manager's claim
-        binding and attach. The next test starts on a new node with a new claim: without the second
-        probe it met half-reconnected components and its first server did not start in 30 s."""
+        binding and attach. The next test starts on a new node with a new claim; without the
+        second probe its first server did not start in 30 s.
+
+        The attach/detach controller adds a pod's volumes when it sees the pod, only if it
+        already knows the pod's node; otherwise it finds the pod only on its next full list of
+        pods, every 3 minutes (``DesiredStateOfWorldPopulatorListPodsRetryDuration``). So while
+        its node watch is still backing off, a probe pod is never attached: it is replaced by a
+        new pod (a new add event) every 15 s until one runs."""
         await self._probe(node, [], timeout)
         token = secrets.token_hex(4)
         fresh, user = f"{self.namespace}-probe-{token}", f"probe-{token}"
         await self.create_node(fresh)
         self.users.add(user)  # its claim is a home: the teardown's claim check allows it
         await self.create_bound_claim(f"claim-{user}", timeout=timeout)
-        await self._probe(fresh, [f"claim-{user}"], timeout)
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                await self._probe(fresh, [f"claim-{user}"], 15.0)
+                return
+            except AssertionError as stuck:
+                if time.monotonic() > deadline:
+                    raise AssertionError(f"{stuck} (and every new probe for {timeout} s)") from None
+                print(f"restart probe replaced: {stuck}")
 
     async def _probe(self, node: str, claims: list[str], timeout: float) -> None:
         name = f"probe-{secrets.token_hex(4)}"
@@ -175,10 +189,38 @@ class Hub:
                 if pod.status.phase == "Running":
                     return
                 await asyncio.sleep(0.5)
-            raise AssertionError(f"no pod ran on {node} within {timeout} s of the restart")
+            raise AssertionError(
+                f"no pod ran on {node} within {timeout} s of the restart: "
+                f"{await self._probe_facts(name, node)}"
+            )
         finally:
             with contextlib.suppress(Exception):
                 await self.core.delete_namespaced_pod(name, self.namespace, grace_period_seconds=0)
+
+    async def _probe_facts(self, name: str, node: str) -> str:
+        """What a stuck probe shows: the pod's node and conditions, the node's Ready and attached
+        volumes, and the VolumeAttachments on the node (which component did not come back)."""
+        facts = []
+        with contextlib.suppress(Exception):
+            pod = await self.core.read_namespaced_pod(name, self.namespace)
+            conditions = [(c.type, c.status) for c in pod.status.conditions or []]
+            facts.append(f"pod node={pod.spec.node_name} phase={pod.status.phase} {conditions}")
+        with contextlib.suppress(Exception):
+            n = await self.core.read_node(node)
+            ready = [c.status for c in n.status.conditions or [] if c.type == "Ready"]
+            attached = [v.name for v in n.status.volumes_attached or []]
+            facts.append(f"node ready={ready} volumesAttached={attached}")
+        with contextlib.suppress(Exception):
+            from kubernetes_asyncio import client
+
+            listing = await client.StorageV1Api(self.api_client).list_volume_attachment()
+            vas = [
+                (va.metadata.name, va.status.attached if va.status else None)
+                for va in listing.items
+                if va.spec.node_name == node
+            ]
+            facts.append(f"attachments={vas}")
+        return "; ".join(facts)
 
     async def pods(self) -> dict[str, dict]:
         listing = await self.core.list_namespaced_pod(self.namespace)
