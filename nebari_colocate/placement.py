@@ -24,6 +24,7 @@ from .objects import (
     MOVING,
     RWO,
     RWOP,
+    USERNAME_LABEL,
     JsonDict,
     Obj,
     holders,
@@ -35,6 +36,7 @@ from .objects import (
     spec,
 )
 from .state import ClusterState
+from .wayout import WayOut, way_out
 
 SKIP, COLOCATE, REFUSE = "skip", "colocate", "refuse"
 
@@ -101,6 +103,8 @@ class Decision:
     notes: list[str] = field(default_factory=list)
     #: for home-being-moved: when the move started (ISO 8601, UTC), if recorded
     moving_since: str | None = None
+    #: for a refusal: the user's own servers to stop so that this one can start, if any
+    way_out: WayOut | None = None
 
     @property
     def holders(self) -> list[str]:
@@ -122,6 +126,7 @@ class Decision:
             "verified": self.verified,
             "pinned_by": self.pinned_by,
             "claims": sorted(self.claims),
+            "way_out": self.way_out.as_json() if self.way_out is not None else None,
         }
 
 
@@ -179,6 +184,8 @@ def decide(pod: Obj, state: ClusterState, policy: Policy) -> Decision:
     if busy:
         decision.verdict, decision.busy_claims = REFUSE, busy
         decision.reasons.append(CLAIM_IN_USE)
+        busy_holders = [h for h in holding if set(busy) & set(pod_claims(h))]
+        decision.way_out = _way_out(pod, decision, busy_holders, state, namespace, pinned=True)
         return decision
 
     # 3. Pinned node: the holders' node, else a volume still attached somewhere.
@@ -234,7 +241,30 @@ def decide(pod: Obj, state: ClusterState, policy: Policy) -> Decision:
 
     if decision.reasons:
         decision.verdict = REFUSE
+        decision.way_out = _way_out(pod, decision, holding, state, namespace)
     return decision
+
+
+def _way_out(
+    pod: Obj,
+    decision: Decision,
+    holding: list[Obj],
+    state: ClusterState,
+    namespace: str,
+    *,
+    pinned: bool = False,
+) -> WayOut | None:
+    """Step 8 (``docs/decisions.md``, "The way out"): the user's own servers to stop."""
+    return way_out(
+        pod,
+        reasons=decision.reasons,
+        holder_pods=holding,
+        node_name=decision.node,
+        pinned_by_holders=pinned or decision.pinned_by == PINNED_BY_HOLDERS,
+        state=state,
+        namespace=namespace,
+        label_value=(meta(pod).get("labels") or {}).get(USERNAME_LABEL),
+    )
 
 
 def _read_only_everywhere(

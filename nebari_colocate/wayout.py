@@ -1,0 +1,152 @@
+"""The way out of a refusal: the smallest set of the user's own servers to stop.  (pure)
+
+A refusal caused by the user's own JupyterHub servers holding an exclusive home has a way out the
+user can take alone: stop some of those servers, wait until the volume is released, start again
+(``docs/failure-modes.md``, "The way out").  This module finds that set:
+
+- the new server cannot run on the pinned node at all (a node selector, a taint, a cordon, the
+  premium guard, a ReadWriteOncePod claim in use): every holder, so that the volume is released
+  and the new server may go to any node;
+- the pinned node lacks room only (``insufficient:<resource>``, ``too-many-pods``): the fewest
+  holders on that node whose stop frees enough room, or all holders, whichever is fewer servers
+  (with all of them stopped the volume is released and the new server may go to another node).
+
+Ties: fewest servers, then the least requested resources (cpu, memory, then the others by name),
+then the server names, so the answer is stable.  There is no way out (None) when a holder is not
+one of the user's own servers (a Job's pod, another user's or another namespace's pod), when the
+volume is pinned by an attachment only (a detach in progress: waiting is the way), or when the
+reason is one that stopping servers cannot change (a split attachment, a volume bound to the node,
+a node that is gone, a home being moved).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from . import fit
+from .objects import (
+    JsonDict,
+    Obj,
+    is_server,
+    meta,
+    owned_by,
+    pod_claims,
+    pod_server,
+    pod_user,
+    spec,
+)
+from .state import ClusterState
+
+#: reasons that stopping the user's servers cannot change
+NO_WAY_OUT_REASONS = frozenset(
+    {
+        "split-attachment",
+        "volume-node-affinity",
+        "node-not-found",
+        "home-being-moved",
+    }
+)
+#: reasons about room on the pinned node: stopping some holders there may be enough
+CAPACITY_REASONS = frozenset({fit.TOO_MANY_PODS})
+
+#: past this many holders, subsets are not enumerated (2**12 fit checks at most): all holders
+MAX_ENUMERATED_HOLDERS = 12
+
+
+@dataclass(frozen=True)
+class WayOut:
+    """Stop these servers (``""`` is the default server), then start ``start``."""
+
+    stop: tuple[str, ...]
+    start: str
+
+    def as_json(self) -> JsonDict:
+        """The ``way_out`` field of ``simulate --json`` (``docs/cli.md``)."""
+        return {"stop": list(self.stop), "start": self.start}
+
+
+def is_capacity_reason(code: str) -> bool:
+    """A reason about room on the node (which stopping pods there frees)."""
+    return code in CAPACITY_REASONS or fit.insufficient_resource(code) is not None
+
+
+def _resource_key(requests: Mapping[str, int]) -> tuple[int, ...]:
+    """Requests as a tuple ordered cpu, memory, then the other resources by name."""
+    others = sorted(r for r in requests if r not in ("cpu", "memory"))
+    return (
+        requests.get("cpu", 0),
+        requests.get("memory", 0),
+        *(requests[r] for r in others),
+    )
+
+
+def _order_key(
+    servers: Sequence[Obj], requests_of: Callable[[Obj], Mapping[str, int]]
+) -> tuple[int, tuple[int, ...], tuple[str, ...]]:
+    total: dict[str, int] = {}
+    for pod in servers:
+        for resource, value in requests_of(pod).items():
+            total[resource] = total.get(resource, 0) + value
+    return len(servers), _resource_key(total), tuple(sorted(pod_server(p) for p in servers))
+
+
+def own_servers_only(holders: Iterable[Obj], username: str, label_value: str | None) -> bool:
+    """Every holder is one of ``username``'s JupyterHub servers."""
+    return all(is_server(p) and owned_by(p, username, label_value) for p in holders)
+
+
+def way_out(
+    pod: Obj,
+    *,
+    reasons: Iterable[str],
+    holder_pods: Sequence[Obj],
+    node_name: str | None,
+    pinned_by_holders: bool,
+    state: ClusterState,
+    namespace: str,
+    username: str | None = None,
+    label_value: str | None = None,
+) -> WayOut | None:
+    """The smallest set of the user's own servers whose stop lets ``pod`` start, or None.
+
+    ``reasons`` are the refusal's codes; ``holder_pods`` the pods holding its exclusive claims
+    (all on ``node_name`` unless the claim is split); ``username`` defaults to the pod's own
+    (KubeSpawner's annotation).
+    """
+    codes = set(reasons)
+    if not codes or codes & NO_WAY_OUT_REASONS or not holder_pods or not pinned_by_holders:
+        return None
+    username = username if username is not None else pod_user(pod)
+    if not username or not own_servers_only(holder_pods, username, label_value):
+        return None
+    start = pod_server(pod)
+    everyone = sorted(holder_pods, key=lambda p: _order_key([p], state.requests_of))
+    all_of_them = WayOut(tuple(sorted(pod_server(p) for p in everyone)), start)
+    node = state.nodes.get(node_name) if state.nodes is not None and node_name else None
+    if not all(is_capacity_reason(c) for c in codes) or node is None:
+        return all_of_them
+    if len(everyone) > MAX_ENUMERATED_HOLDERS:
+        return all_of_them
+    own_key = f"{meta(pod).get('namespace') or namespace}/{meta(pod).get('name')}"
+    used, count = state.node_usage(str(node_name), exclude=own_key)
+    bound_pvs = [
+        pv for pv in (state.bound_pv(namespace, c) for c in pod_claims(pod)) if pv is not None
+    ]
+    on_node = [p for p in everyone if spec(p).get("nodeName") == node_name]
+    best: tuple[tuple[int, tuple[int, ...], tuple[str, ...]], WayOut] | None = None
+    for size in range(1, len(on_node)):
+        for subset in itertools.combinations(on_node, size):
+            freed = dict(used)
+            for holder in subset:
+                for resource, value in state.requests_of(holder).items():
+                    freed[resource] = freed.get(resource, 0) - value
+            result = fit.check_fit(pod, node, (), bound_pvs, usage=(freed, count - size))
+            if result.fits:
+                key = _order_key(subset, state.requests_of)
+                if best is None or key < best[0]:
+                    best = (key, WayOut(key[2], start))
+        if best is not None:
+            return best[1]
+    return all_of_them
