@@ -564,6 +564,8 @@ def _scheduler_summary(fragments: Sequence[events.Fragment]) -> str:
 
 
 def _pinned_text(verdict: events.EventVerdict) -> str:
+    if _storage_unavailable(verdict):
+        return _storage_unavailable_text(verdict)
     node = verdict.node
     why = "; ".join(_fragments_words(verdict.fragments)) or "the scheduler found no room there"
     states = [f.node_state for f in verdict.fragments if f.node_state]
@@ -588,7 +590,26 @@ def _no_scale_up_text(verdict: events.EventVerdict) -> str:
     return no_scale_up_text(_fragments_words(verdict.fragments))
 
 
+def _storage_unavailable(verdict: events.EventVerdict) -> bool:
+    """The scheduler waits for a claim no one binds (``pod has unbound immediate
+    PersistentVolumeClaims``: a storage class that does not exist, or has no provisioner): no
+    node, profile or retry helps."""
+    return any(f.cause == events.FRAGMENT_UNBOUND_CLAIM for f in verdict.fragments)
+
+
+def _storage_unavailable_text(verdict: events.EventVerdict) -> str:
+    waited = f" for {verdict.grace:g} seconds" if verdict.grace else ""
+    return (
+        f"This server cannot start: its storage volume has not been provided{waited}, so the "
+        "storage it asks for is not available (for example, its storage class does not exist "
+        "or nothing provisions it). Choosing another profile will not help: an administrator "
+        "must fix the storage. Please tell your administrator."
+    )
+
+
 def _unschedulable_text(verdict: events.EventVerdict) -> str:
+    if _storage_unavailable(verdict):
+        return _storage_unavailable_text(verdict)
     summary = _scheduler_summary(verdict.fragments)
     why = f" ({summary})" if summary else ""
     return (

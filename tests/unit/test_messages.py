@@ -756,3 +756,33 @@ def test_the_progress_stream_never_names_another_users_pods(
 def test_the_progress_stream_keeps_the_users_own_pod_as_related():
     event = {"reason": "X", "message": "m", "related": {"kind": "Pod", "name": "jupyter-alice"}}
     assert messages.browser_event(event, OWN_PODS)["related"] == event["related"]
+
+
+# --------------------------------------------------------------------------------------------------
+# storage that is not there: an operator must fix it, no profile helps
+
+UNBOUND_CLAIM = (
+    "0/3 nodes are available: pod has unbound immediate PersistentVolumeClaims. preemption: 0/3 "
+    "nodes are available: 3 Preemption is not helpful for scheduling."
+)
+
+
+@pytest.mark.parametrize(
+    "test_variation_id, pinned_node",
+    [("not-pinned", None), ("pinned-to-the-home-node", "node-a")],
+)
+def test_a_claim_no_one_provides_says_the_storage_is_not_available(test_variation_id, pinned_node):
+    event = {
+        "reason": "FailedScheduling",
+        "type": "Warning",
+        "message": UNBOUND_CLAIM,
+        "firstTimestamp": "2026-01-01T00:00:00Z",
+        "lastTimestamp": "2026-01-01T00:01:01Z",
+    }
+    verdict = events.classify([event], pinned_node=pinned_node, now=datetime(2026, 1, 1, 0, 1, 1))
+    assert verdict.action == events.FAIL
+    text = messages.event_text(verdict)
+    assert "storage it asks for is not available" in text
+    assert "an administrator must fix the storage" in text
+    assert "smaller profile" not in text
+    assert "choose a profile" not in text.lower()
