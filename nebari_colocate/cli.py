@@ -41,7 +41,7 @@ from .objects import (
     spec,
 )
 from .placement import Policy, decide
-from .state import ClusterState, StateError, read_objects, read_yaml
+from .state import ClusterState, StateError, read_by_decision, read_objects, read_yaml
 
 
 class UsageError(Exception):
@@ -222,9 +222,21 @@ def load_pod(path: str) -> JsonDict:
 
 def simulate(args: argparse.Namespace) -> int:
     pod = load_pod(args.pod)
-    objects = read_objects(args.state)
     namespace = meta(pod).get("namespace") or "default"
     pod.setdefault("metadata", {})["namespace"] = namespace
+    notes: list[str] = []
+    objects = read_objects(args.state, read=read_by_decision(pod, namespace), saturated=notes)
+    runtime_classes = {
+        meta(o).get("name", ""): o for o in objects if o.get("kind") == "RuntimeClass"
+    }
+    try:
+        pod, missing = validate.admit_runtime_class(pod, runtime_classes)
+    except validate.InvalidObject as exc:
+        raise StateError(f"{args.pod} with {args.state}: {exc}") from None
+    if missing:
+        notes.append(f"{args.pod}: {missing}")
+    for note in notes:
+        print(f"warning: {note}", file=sys.stderr)
     state = ClusterState.from_objects(
         objects, namespace=namespace, node_access=not args.no_node_access
     )
@@ -242,7 +254,9 @@ def simulate(args: argparse.Namespace) -> int:
         decision, pod, username=username, server_name=server, user_label=label
     )
     if args.json:
-        print(json.dumps(decision.as_json(text), sort_keys=False))
+        # input_warnings: what in the dump was counted other than as written (extends the
+        # documented object; the same lines go to stderr)
+        print(json.dumps({**decision.as_json(text), "input_warnings": notes}, sort_keys=False))
         return 0
     for line in messages.outcome_lines(decision, text):
         print(line)

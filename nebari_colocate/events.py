@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
@@ -73,6 +73,9 @@ class Fragment:
     cause: str | None  # one of the FRAGMENT_* codes; None for a reason not understood
     text: str  # the fragment as the component wrote it, without its count
     resource: str = ""  # the resource of an ``Insufficient <resource>`` fragment
+    #: the node state (``fit.NODE_STATE_*``) of a cordoned fragment, or of a taint fragment
+    #: that names a node-state taint (``{node.kubernetes.io/unreachable: }``); "" otherwise
+    node_state: str = ""
 
 
 @dataclass(frozen=True)
@@ -95,6 +98,11 @@ class EventVerdict:
     servers: tuple[str, ...] = ()  # MULTI_ATTACH: the user's own among them, as the user
     #                                knows them ("" the default server), default first
     others: int = 0  # MULTI_ATTACH: the other pods using the volume (counted, never named)
+    #: MULTI_ATTACH, of ``others``: other users' servers, pods known not to be servers (a Job's),
+    #: and pods in other namespaces; the rest are pods of an unknown kind
+    other_servers: int = 0
+    not_servers: int = 0
+    elsewhere: int = 0
     image: str | None = None  # IMAGE_*, RETRYING_PULL: the image, when the event names it
     gpu: bool = False  # SCALING_UP: the pod asks for a GPU
     event: str = ""  # PROGRESS: the reason of the latest ordinary event ("" if none)
@@ -118,6 +126,7 @@ _HISTOGRAM_END = re.compile(r"\.(?:\s|$)")
 _FRAGMENT_SPLIT = re.compile(r",\s+(?=\d+\s)")
 _COUNTED = re.compile(r"(\d+)\s+(.*)", re.DOTALL)
 _INSUFFICIENT = re.compile(r"Insufficient (\S+)")
+_TAINT_KEY = re.compile(r"taint \{([^:{}]+):")
 
 KARPENTER_FAILED = "Failed to schedule pod, "
 KARPENTER_NOMINATED = "Pod should schedule on: "
@@ -371,7 +380,15 @@ def read_fragment(fragment: str, count: int | None = None) -> Fragment:
     if m:
         return Fragment(count, FRAGMENT_INSUFFICIENT, fragment, m.group(1))
     cause = next((code for needle, code in _FRAGMENT_CAUSES if needle in fragment), None)
-    return Fragment(count, cause, fragment)
+    state = ""
+    if cause == FRAGMENT_CORDONED:
+        state = fit.NODE_STATE_CORDONED
+    elif cause == FRAGMENT_TAINT:
+        # Up to Kubernetes 1.3x the scheduler names the first untolerated taint; newer ones
+        # write "untolerated taint(s)" only.
+        key = _TAINT_KEY.search(fragment)
+        state = (fit.node_state({"key": key.group(1).strip()}) or "") if key else ""
+    return Fragment(count, cause, fragment, node_state=state)
 
 
 def fit_error_fragments(message: str) -> list[tuple[int | None, str]] | None:
@@ -565,7 +582,9 @@ def _schedule(
 
 
 def _multi_attach(
-    events: list[_Event], own_servers: Mapping[str, str] | None
+    events: list[_Event],
+    own_servers: Mapping[str, str] | None,
+    servers: Collection[str] | None = None,
 ) -> EventVerdict | None:
     """Fail on a Multi-Attach error unless the same volume attached after it."""
     active: dict[str | None, _Event] = {}
@@ -580,21 +599,40 @@ def _multi_attach(
         return None
     ev = list(active.values())[-1]
     names: tuple[str, ...] = ()
-    others = 0
+    elsewhere = 0
     used_by = _USED_BY.search(ev.message)
     if used_by:
-        names = tuple(n.strip() for n in used_by.group("names").split(",") if n.strip())
-        others = int(used_by.group("others") or 0)
+        names = used_by_names(ev.message)
+        elsewhere = int(used_by.group("others") or 0)
     else:
-        elsewhere = _USED_ELSEWHERE.search(ev.message)
-        others = int(elsewhere.group("others")) if elsewhere else 0
+        found = _USED_ELSEWHERE.search(ev.message)
+        elsewhere = int(found.group("others")) if found else 0
     own = own_servers or {}
     # Only the user's own servers are named; any other pod is only counted.
     mine = sorted({own[n] for n in names if n in own}, key=lambda s: (s != "", s))
-    others += sum(1 for n in names if n not in own)
+    strangers = [n for n in names if n not in own]
+    other_servers = sum(1 for n in strangers if servers is not None and n in servers)
+    not_servers = len(strangers) - other_servers if servers is not None else 0
     return EventVerdict(
-        FAIL, MULTI_ATTACH, ev.message, holders=names, servers=tuple(mine), others=others
+        FAIL,
+        MULTI_ATTACH,
+        ev.message,
+        holders=names,
+        servers=tuple(mine),
+        others=elsewhere + len(strangers),
+        other_servers=other_servers,
+        not_servers=not_servers,
+        elsewhere=elsewhere,
     )
+
+
+def used_by_names(message: str) -> tuple[str, ...]:
+    """The pod names an attach/detach controller message lists ("Volume is already used by
+    pod(s) a, b"), in its order; () for other messages."""
+    used_by = _USED_BY.search(message)
+    if not used_by:
+        return ()
+    return tuple(n.strip() for n in used_by.group("names").split(",") if n.strip())
 
 
 def _image_name(message: str) -> str | None:
@@ -687,6 +725,7 @@ def classify(
     image_pull_grace_seconds: float = 120,
     own_servers: Mapping[str, str] | None = None,
     wants_gpu: bool = False,
+    servers: Collection[str] | None = None,
 ) -> EventVerdict:
     """Decide from one pod's events whether its spawn should keep waiting or fail now.
 
@@ -696,7 +735,9 @@ def classify(
     the rule it belongs to: the spawn then waits for ``start_timeout``.  ``own_servers`` maps the
     user's own pod names to server names (``""`` is the default server); only those are named in
     the words, other pods are counted.  ``wants_gpu``: the pod requests a GPU (the scheduler's
-    message may not say so when another filter rejected every node first).
+    message may not say so when another filter rejected every node first).  ``servers``: the
+    names of the namespace's JupyterHub server pods, when known (the pod reflector's): another
+    pod is then counted as a server of another user or as a pod that is not a server.
 
     Fail-at-once rules come first (pinned and unschedulable, autoscaler refusal, Multi-Attach,
     invalid image), then the grace rules (unschedulable, image pull), then progress.
@@ -705,7 +746,7 @@ def classify(
     ordered = _normalise(events)
 
     scheduling = _schedule(ordered, pinned_node, now, unschedulable_grace_seconds, wants_gpu)
-    attach = _multi_attach(ordered, own_servers)
+    attach = _multi_attach(ordered, own_servers, servers)
     images = _images(ordered, now, image_pull_grace_seconds)
 
     failures = [v for v in (scheduling, attach, images) if v and v.action == FAIL]

@@ -258,6 +258,52 @@ def untolerated_taints(pod: Obj, node: Obj) -> list[JsonDict]:
     ]
 
 
+#: Taints Kubernetes and the autoscalers put on a node for its state, not for a kind of workload
+#: (taint key -> the node's state): no profile tolerates them, so no profile makes a pod fit such a
+#: node, and a node that is not reachable cannot confirm its pods have stopped.
+NODE_STATE_UNREACHABLE = "unreachable"  # the node lifecycle controller lost its kubelet
+NODE_STATE_NOT_READY = "not-ready"
+NODE_STATE_CORDONED = "cordoned"
+NODE_STATE_PRESSURE = "pressure"  # memory, disk or PID pressure
+NODE_STATE_NO_NETWORK = "network-unavailable"
+NODE_STATE_OUT_OF_SERVICE = "out-of-service"  # an operator marked it shut down for good
+NODE_STATE_STARTING = "starting"  # the cloud provider has not initialised it yet
+NODE_STATE_SHUT_DOWN = "shut-down"  # the cloud provider reports the machine shut down
+NODE_STATE_BEING_REMOVED = "being-removed"  # an autoscaler is draining it to delete it
+NODE_STATE_TAINTS = {
+    "node.kubernetes.io/unreachable": NODE_STATE_UNREACHABLE,
+    "node.kubernetes.io/not-ready": NODE_STATE_NOT_READY,
+    "node.kubernetes.io/unschedulable": NODE_STATE_CORDONED,
+    "node.kubernetes.io/memory-pressure": NODE_STATE_PRESSURE,
+    "node.kubernetes.io/disk-pressure": NODE_STATE_PRESSURE,
+    "node.kubernetes.io/pid-pressure": NODE_STATE_PRESSURE,
+    "node.kubernetes.io/network-unavailable": NODE_STATE_NO_NETWORK,
+    "node.kubernetes.io/out-of-service": NODE_STATE_OUT_OF_SERVICE,
+    "node.cloudprovider.kubernetes.io/uninitialized": NODE_STATE_STARTING,
+    "node.cloudprovider.kubernetes.io/shutdown": NODE_STATE_SHUT_DOWN,
+    "ToBeDeletedByClusterAutoscaler": NODE_STATE_BEING_REMOVED,
+    "karpenter.sh/disrupted": NODE_STATE_BEING_REMOVED,
+}
+#: states in which the node's kubelet cannot be relied on to stop its pods (they stay
+#: Terminating, still holding the volume, until the node is back or an operator acts)
+NODE_STATES_UNRESPONSIVE = frozenset(
+    {NODE_STATE_UNREACHABLE, NODE_STATE_NOT_READY, NODE_STATE_SHUT_DOWN, NODE_STATE_OUT_OF_SERVICE}
+)
+
+
+def node_state(taint: Obj) -> str | None:
+    """The node state a taint stands for (``NODE_STATE_*``), or None for a workload taint."""
+    return NODE_STATE_TAINTS.get(taint.get("key") or "")
+
+
+def node_states(result: FitResult) -> list[str]:
+    """The states of the node behind a misfit (cordoned, unreachable, ...), in order, once each:
+    a misfit no profile can cure."""
+    states = [NODE_STATE_CORDONED] if NODE_UNSCHEDULABLE in result.reasons else []
+    states += [s for s in map(node_state, result.taints) if s]
+    return list(dict.fromkeys(states))
+
+
 UNSCHEDULABLE_TAINT = {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}
 #: NodeUnschedulable: the node is cordoned
 NODE_UNSCHEDULABLE = "node-unschedulable"

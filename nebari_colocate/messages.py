@@ -7,7 +7,8 @@ servers that hold the volume and says what to do.  It never names another user's
 from __future__ import annotations
 
 import html
-from collections.abc import Callable, Iterable, Mapping, Sequence
+import re
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from datetime import datetime, timezone
 from typing import Any, NamedTuple
 
@@ -111,6 +112,35 @@ def _selector_text(pod: Obj) -> str:
     return "its required node affinity"
 
 
+#: node state (``fit.NODE_STATE_*``, from its taints or ``spec.unschedulable``) -> what the node
+#: "is", after its name
+_NODE_STATE_WORDS = {
+    fit.NODE_STATE_UNREACHABLE: "is not responding (Kubernetes has lost contact with it)",
+    fit.NODE_STATE_NOT_READY: "is not ready (Kubernetes reports it unhealthy)",
+    fit.NODE_STATE_CORDONED: "is cordoned (closed to new servers for maintenance)",
+    fit.NODE_STATE_PRESSURE: "is short of memory, disk space or processes",
+    fit.NODE_STATE_NO_NETWORK: "has no working network",
+    fit.NODE_STATE_OUT_OF_SERVICE: "is out of service",
+    fit.NODE_STATE_STARTING: "is still starting up",
+    fit.NODE_STATE_SHUT_DOWN: "is shut down",
+    fit.NODE_STATE_BEING_REMOVED: "is being removed by the cluster autoscaler",
+}
+
+
+#: the same, as a scheduler reason reads ("1 node: not responding")
+_NODE_STATE_FRAGMENT_WORDS = {
+    fit.NODE_STATE_UNREACHABLE: "not responding (Kubernetes has lost contact with it)",
+    fit.NODE_STATE_NOT_READY: "not ready (Kubernetes reports it unhealthy)",
+    fit.NODE_STATE_CORDONED: "cordoned (closed to new servers)",
+    fit.NODE_STATE_PRESSURE: "short of memory, disk space or processes",
+    fit.NODE_STATE_NO_NETWORK: "without a working network",
+    fit.NODE_STATE_OUT_OF_SERVICE: "out of service",
+    fit.NODE_STATE_STARTING: "still starting up",
+    fit.NODE_STATE_SHUT_DOWN: "shut down",
+    fit.NODE_STATE_BEING_REMOVED: "being removed by the cluster autoscaler",
+}
+
+
 def reason_sentences(decision: Decision, pod: Obj) -> list[str]:
     """One plain sentence per reason code."""
     node = decision.node
@@ -127,7 +157,7 @@ def reason_sentences(decision: Decision, pod: Obj) -> list[str]:
     shortfalls = {s.resource: s for s in (decision.fit.shortfalls if decision.fit else [])}
     for code in decision.reasons:
         if code == fit.NODE_UNSCHEDULABLE:
-            sentences.append(f"{where_()} is cordoned (closed to new servers for maintenance)")
+            sentences.append(f"{where_()} {_NODE_STATE_WORDS[fit.NODE_STATE_CORDONED]}")
         elif code == fit.NODE_SELECTOR:
             sentences.append(
                 f"this server must run on a different kind of node ({_selector_text(pod)}); "
@@ -135,13 +165,24 @@ def reason_sentences(decision: Decision, pod: Obj) -> list[str]:
             )
         elif code == fit.TAINT:
             taints = decision.fit.taints if decision.fit else []
-            text = ", ".join(
-                f"{t.get('key')}{'=' + t['value'] if t.get('value') else ''}:{t.get('effect')}"
-                for t in taints
-            )
-            sentences.append(
-                f"{where_()} is reserved ({text}) and this server does not tolerate it"
-            )
+            # A taint for the node's state is told as that state (once; "cordoned" is said by
+            # node-unschedulable when both are there), never as a reservation.
+            told = set()
+            if fit.NODE_UNSCHEDULABLE in decision.reasons:
+                told.add(fit.NODE_STATE_CORDONED)
+            for state in dict.fromkeys(s for s in map(fit.node_state, taints) if s):
+                if state not in told:
+                    told.add(state)
+                    sentences.append(f"{where_()} {_NODE_STATE_WORDS[state]}")
+            reserved = [t for t in taints if not fit.node_state(t)]
+            if reserved or not taints:
+                text = ", ".join(
+                    f"{t.get('key')}{'=' + t['value'] if t.get('value') else ''}:{t.get('effect')}"
+                    for t in reserved
+                )
+                sentences.append(
+                    f"{where_()} is reserved ({text}) and this server does not tolerate it"
+                )
         elif (resource := fit.insufficient_resource(code)) is not None:
             words = _resource_words(resource)
             short = shortfalls.get(resource)
@@ -242,11 +283,25 @@ def _advice(
     if CLAIM_IN_USE in decision.reasons:
         # ReadWriteOncePod: no node and no profile helps; only the other server stopping does.
         return f"To start it, {stop}."
+    states = fit.node_states(decision.fit) if decision.fit else []
+    if states:
+        # No profile fits a cordoned, unreachable or failing node: only freeing the volume helps.
+        return f"To start it, {stop}.{_node_state_advice(states, decision.node)}"
     if not has_profiles:  # no profile to choose on this hub: do not suggest one
         return f"To start it, {stop}."
     if PREMIUM_NODE in decision.reasons and len(decision.reasons) == 1:
         return f"To start it, {stop}, or choose a profile with a GPU."
     return f"To start it, {stop}, or choose a profile that fits on node {decision.node}."
+
+
+def _node_state_advice(states: Sequence[str], node: str | None) -> str:
+    """What else to know when the pinned node's state, not the profile, is in the way."""
+    if any(s in fit.NODE_STATES_UNRESPONSIVE for s in states):
+        return (
+            f" Node {node} may not let them stop cleanly: if this server still cannot start in "
+            f"a few minutes, ask your administrator to release the volume from node {node}."
+        )
+    return ""
 
 
 def user_message(
@@ -288,13 +343,30 @@ def _in_use_by(
         in_use.append(_join(holders))
     if own_pods:
         in_use.append(f"your pod(s) {_join(own_pods)} (not servers)")
-    others = _others(decision, username, user_label)
-    if others:
-        in_use.append(f"{others} server(s) of other users")
-    unowned = _unowned(decision, username, user_label)
-    if unowned:
-        in_use.append(f"{unowned} other pod(s) that are not JupyterHub servers (such as a job)")
+    in_use.extend(
+        counted_holders(
+            other_servers=_others(decision, username, user_label),
+            not_servers=_unowned(decision, username, user_label),
+        )
+    )
     return in_use
+
+
+def counted_holders(
+    *, other_servers: int = 0, not_servers: int = 0, unknown: int = 0, elsewhere: int = 0
+) -> list[str]:
+    """The holders that are not the user's own, counted (never named), in the same words
+    before a spawn (a refusal) and after (a Multi-Attach event)."""
+    words = []
+    if other_servers:
+        words.append(f"{other_servers} server(s) of other users")
+    if not_servers:
+        words.append(f"{not_servers} other pod(s) that are not JupyterHub servers (such as a job)")
+    if unknown:
+        words.append(f"{unknown} other pod(s)")
+    if elsewhere:
+        words.append(f"{elsewhere} pod(s) in other namespaces")
+    return words
 
 
 def user_html(
@@ -466,6 +538,8 @@ def fragment_words(fragment: events.Fragment) -> str:
     """Plain words for one scheduler or cluster-autoscaler reason; as written when not known."""
     if fragment.cause == events.FRAGMENT_INSUFFICIENT:
         return f"not enough free {_resource_words(fragment.resource).amount}"
+    if fragment.node_state:
+        return _NODE_STATE_FRAGMENT_WORDS[fragment.node_state]
     return _FRAGMENT_WORDS.get(fragment.cause or "") or fragment.text.strip()
 
 
@@ -490,13 +564,23 @@ def _scheduler_summary(fragments: Sequence[events.Fragment]) -> str:
 
 
 def _pinned_text(verdict: events.EventVerdict) -> str:
+    if _storage_unavailable(verdict):
+        return _storage_unavailable_text(verdict)
     node = verdict.node
     why = "; ".join(_fragments_words(verdict.fragments)) or "the scheduler found no room there"
+    states = [f.node_state for f in verdict.fragments if f.node_state]
+    if states:
+        # No profile fits a cordoned or failing node: only freeing the volume helps.
+        advice = "Stop your other servers that use the volume." + _node_state_advice(states, node)
+    else:
+        advice = (
+            "Stop your other servers that use the volume, or choose a profile that fits on "
+            f"node {node}."
+        )
     return (
         f"This server cannot start on node {node}, where your storage volume is attached: "
         f"{why}. A new node cannot help, because the volume can be attached to only one node "
-        "at a time. Stop your other servers that use the volume, or choose a profile that fits "
-        f"on node {node}."
+        f"at a time. {advice}"
     )
 
 
@@ -506,7 +590,26 @@ def _no_scale_up_text(verdict: events.EventVerdict) -> str:
     return no_scale_up_text(_fragments_words(verdict.fragments))
 
 
+def _storage_unavailable(verdict: events.EventVerdict) -> bool:
+    """The scheduler waits for a claim no one binds (``pod has unbound immediate
+    PersistentVolumeClaims``: a storage class that does not exist, or has no provisioner): no
+    node, profile or retry helps."""
+    return any(f.cause == events.FRAGMENT_UNBOUND_CLAIM for f in verdict.fragments)
+
+
+def _storage_unavailable_text(verdict: events.EventVerdict) -> str:
+    waited = f" for {verdict.grace:g} seconds" if verdict.grace else ""
+    return (
+        f"This server cannot start: its storage volume has not been provided{waited}, so the "
+        "storage it asks for is not available (for example, its storage class does not exist "
+        "or nothing provisions it). Choosing another profile will not help: an administrator "
+        "must fix the storage. Please tell your administrator."
+    )
+
+
 def _unschedulable_text(verdict: events.EventVerdict) -> str:
+    if _storage_unavailable(verdict):
+        return _storage_unavailable_text(verdict)
     summary = _scheduler_summary(verdict.fragments)
     why = f" ({summary})" if summary else ""
     return (
@@ -527,8 +630,13 @@ def _scaling_up_text(verdict: events.EventVerdict) -> str:
 
 def _multi_attach_text(verdict: events.EventVerdict) -> str:
     users = [server_label(s) for s in verdict.servers]
-    if verdict.others:
-        users.append(_plural(verdict.others, "other server"))
+    unknown = verdict.others - verdict.other_servers - verdict.not_servers - verdict.elsewhere
+    users += counted_holders(
+        other_servers=verdict.other_servers,
+        not_servers=verdict.not_servers,
+        unknown=max(unknown, 0),
+        elsewhere=verdict.elsewhere,
+    )
     if not users:
         return (
             "This server cannot start: its storage volume is still attached to another node "
@@ -631,6 +739,45 @@ def event_operator_line(
         f"colocate event-verdict={verdict.action} reason={verdict.reason} user={username!r} "
         f"server={server_name!r} pod={pod_name} event={verdict.raw!r}"
     )
+
+
+#: what stands in the spawn page for the name of a pod that is not the user's own
+ANOTHER_POD = "(another pod)"
+#: the event fields that may name an object other than the event's own pod
+_NAMING_FIELDS = ("message", "note")
+
+
+def _redact_names(text: str, own: Collection[str], strangers: Collection[str]) -> str:
+    listed = events.used_by_names(text)
+    names = {n for n in listed if n not in own} | {n for n in strangers if n and n not in own}
+    # Longest first, so "jupyter-bob--lab" goes before "jupyter-bob"; a name counts only as a
+    # whole word (pod names are DNS subdomains: letters, digits, "-" and ".").
+    for name in sorted(names, key=len, reverse=True):
+        text = re.sub(rf"(?<![\w.-]){re.escape(name)}(?![\w-]|\.[\w-])", ANOTHER_POD, text)
+    return text
+
+
+def browser_event(
+    event: Mapping[str, Any], own_pods: Collection[str], other_pods: Collection[str] = ()
+) -> dict[str, Any]:
+    """The event as the spawn page may receive it (``raw_event`` of the progress stream, which
+    JupyterHub sends to the browser as it is): pod names other than ``own_pods`` (the user's own
+    pods) are replaced by :data:`ANOTHER_POD` in its text, both the names an attach/detach
+    message lists ("Volume is already used by pod(s) jupyter-bob--…") and any of
+    ``other_pods`` (the other pods the hub knows of), and a ``related`` object that is not one of
+    the user's own pods (the preemptor a scheduler names) is dropped."""
+    shown = dict(event)
+    for key in _NAMING_FIELDS:
+        if isinstance(shown.get(key), str):
+            shown[key] = _redact_names(shown[key], own_pods, other_pods)
+    related = shown.get("related")
+    if related is not None and (
+        not isinstance(related, Mapping)
+        or related.get("kind") != "Pod"
+        or related.get("name") not in own_pods
+    ):
+        del shown["related"]
+    return shown
 
 
 def progress_line(event: Mapping[str, Any], words: str) -> str:

@@ -231,6 +231,17 @@ def is_integer_resource(resource: str) -> bool:
     )
 
 
+def saturates(resource: str, value: object) -> bool:
+    """A valid, non-negative quantity beyond what the scheduler counts (int64 millicores for
+    cpu, else int64 units): kube-apiserver accepts and stores it (``cpu: 10e399``), and the
+    scheduler counts it saturated, as an unbounded amount."""
+    try:
+        nanos = parse_nanos(value)
+    except QuantityError:
+        return False
+    return nanos >= (SATURATED_CPU_NANOS if resource == "cpu" else SATURATED_NANOS)
+
+
 def problem(resource: str, value: object) -> str | None:
     """Why the API would refuse ``value`` for ``resource`` in a pod's or node's resources, or None.
 

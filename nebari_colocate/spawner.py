@@ -563,7 +563,26 @@ class ColocatingKubeSpawner(KubeSpawner):  # type: ignore[misc]  # KubeSpawner s
             image_pull_grace_seconds=self.image_pull_grace_seconds,
             own_servers=self._own_servers(),
             wants_gpu=self._requests_premium,
+            servers=self._server_pod_names(),
         )
+
+    def _server_pod_names(self) -> set[str] | None:
+        """The names of the namespace's JupyterHub server pods (the pod reflector's), or None
+        while it is not synced."""
+        pods = self._reflector_pods()
+        if pods is None:
+            return None
+        return {(p.get("metadata") or {}).get("name", "") for p in pods}
+
+    def _pod_names_for_browser(self) -> tuple[set[str], set[str]]:
+        """(the user's own pod names, the other pod names this hub knows): what the progress
+        stream may name, and what it must not (:func:`messages.browser_event`)."""
+        own = {self.pod_name, *self._own_servers()}
+        known = set(self._server_pod_names() or ())
+        decision = self._colocation_decision
+        if decision is not None:
+            known.update(decision.holders)
+        return own, known - own
 
     async def _watch_events(self, start_future: asyncio.Future[Any]) -> EventVerdict | None:
         """Poll the event reflector until the start finishes or a verdict says fail."""
@@ -722,17 +741,20 @@ class ColocatingKubeSpawner(KubeSpawner):  # type: ignore[misc]  # KubeSpawner s
                 }
             verdict = self.classify_events() if self._colocation_decision is not None else None
             words = messages.event_text(verdict) if verdict is not None else ""
+            own_pods, other_pods = self._pod_names_for_browser()
             for event in self.events:
                 uid = (event.get("metadata") or {}).get("uid") or id(event)
                 if uid in seen:
                     continue
                 seen.add(uid)
                 progress += (90 - progress) / 3
-                text = messages.progress_line(event, words)
+                # JupyterHub sends every field to the browser: never another user's pod names.
+                shown = messages.browser_event(event, own_pods, other_pods)
+                text = messages.progress_line(shown, words)
                 if text == last_text:
                     continue
                 last_text = text
-                yield {"progress": int(progress), "raw_event": event, "message": text}
+                yield {"progress": int(progress), "raw_event": shown, "message": text}
             if words and words != last_text:
                 last_text = words
                 yield {"progress": int(progress), "message": last_text}

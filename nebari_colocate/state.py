@@ -13,7 +13,7 @@ import contextlib
 import enum
 import json
 import re
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, cast
@@ -34,7 +34,14 @@ from .validate import InvalidObject, check_objects
 if TYPE_CHECKING:  # imported when a file is read: the pure core never needs it
     import yaml
 
-KINDS = ("Node", "Pod", "PersistentVolumeClaim", "PersistentVolume", "VolumeAttachment")
+KINDS = (
+    "Node",
+    "Pod",
+    "PersistentVolumeClaim",
+    "PersistentVolume",
+    "VolumeAttachment",
+    "RuntimeClass",  # its overhead, which admission adds to a pod naming it
+)
 
 
 class _Readable(enum.Enum):
@@ -479,13 +486,39 @@ def read_yaml(path: str | Path) -> list[JsonDict]:
     return flatten_objects(parse_documents(text, str(path)), str(path))
 
 
-def read_objects(path: str | Path) -> list[JsonDict]:
+def read_objects(
+    path: str | Path,
+    *,
+    read: Callable[[Obj], bool] | None = None,
+    saturated: list[str] | None = None,
+) -> list[JsonDict]:
     """The objects of the kinds the decision reads (:data:`KINDS`) in a YAML or JSON file, each
     validated as the API would (``nebari_colocate.validate``); StateError names the file, the
-    object and the problem."""
+    object and the problem.  ``read`` and ``saturated``: see ``validate.check_objects`` (a
+    quantity beyond int64 in an object the decision does not read is recorded, not refused)."""
     objects = read_yaml(path)
+    found: list[str] = []
     try:
-        check_objects(objects)
+        check_objects(objects, read=read, saturated=found if read is not None else None)
     except InvalidObject as exc:
         raise StateError(f"{path}: {exc}") from None
+    if saturated is not None:
+        saturated.extend(f"{path}: {line}" for line in found)
     return [o for o in objects if o.get("kind") in KINDS]
+
+
+def read_by_decision(pod: Obj, namespace: str) -> Callable[[Obj], bool]:
+    """Whether the decision on ``pod`` reads an object itself, rather than only summing it into
+    a node's usage: the pod's claims and the pods of its namespace that mount them."""
+    claims = set(pod_claims(pod))
+
+    def read(obj: Obj) -> bool:
+        if (meta(obj).get("namespace") or namespace) != namespace:
+            return False
+        if obj.get("kind") == "PersistentVolumeClaim":
+            return meta(obj).get("name") in claims
+        if obj.get("kind") == "Pod":
+            return bool(claims.intersection(pod_claims(obj)))
+        return False
+
+    return read

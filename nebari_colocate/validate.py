@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any, NoReturn
 
 from . import quantity
-from .objects import Obj
+from .objects import JsonDict, Obj
 
 ACCESS_MODES = ("ReadWriteOnce", "ReadOnlyMany", "ReadWriteMany", "ReadWriteOncePod")
 SELECTOR_OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt")
@@ -47,8 +47,11 @@ def _type_name(value: object) -> str:
 class _Checker:
     """Checks one object; ``fail`` raises with the object's name and the field path."""
 
-    def __init__(self, label: str) -> None:
+    def __init__(self, label: str, saturated: list[str] | None = None) -> None:
         self.label = label
+        #: where a quantity beyond int64 is recorded (one line each) instead of refused: an
+        #: object the decision does not read, whose quantities the scheduler only sums
+        self.saturated = saturated
 
     def fail(self, path: str, problem: str) -> NoReturn:
         where = f"{path}: " if path else ""
@@ -110,6 +113,13 @@ class _Checker:
         for name, amount in self.mapping(value, path).items():
             if not isinstance(name, str) or not name:
                 self.fail(path, f"resource name {_shown(name)} must be a non-empty string")
+            if self.saturated is not None and quantity.saturates(name, amount):
+                self.saturated.append(
+                    f"{self.label}: {path}.{_key(name)}: {_shown(amount)} is beyond what "
+                    "Kubernetes can count: counted as the scheduler counts it (unbounded)"
+                )
+                found[name] = quantity.parse_nanos(amount)
+                continue
             problem = quantity.problem(name, amount)
             if problem:
                 self.fail(f"{path}.{_key(name)}", problem)
@@ -181,9 +191,10 @@ def _check_container(c: _Checker, container: object, path: str) -> None:
     c.requirements(container.get("resources"), f"{path}.resources")
 
 
-def check_pod(pod: Obj, *, name_required: bool = True) -> None:
-    """A Pod; ``name_required=False`` for a manifest whose name the spawner sets."""
-    c = _Checker(_label("Pod", pod))
+def check_pod(pod: Obj, *, name_required: bool = True, saturated: list[str] | None = None) -> None:
+    """A Pod; ``name_required=False`` for a manifest whose name the spawner sets; with
+    ``saturated``, quantities beyond int64 are recorded there instead of refused."""
+    c = _Checker(_label("Pod", pod), saturated)
     c.metadata(pod, name_required=name_required)
     spec = c.mapping(pod.get("spec"), "spec", required=True)
     containers = c.sequence(spec.get("containers"), "spec.containers", required=True)
@@ -224,8 +235,8 @@ def check_pod(pod: Obj, *, name_required: bool = True) -> None:
     c.string(status.get("phase"), "status.phase")
 
 
-def check_node(node: Obj) -> None:
-    c = _Checker(_label("Node", node))
+def check_node(node: Obj, *, saturated: list[str] | None = None) -> None:
+    c = _Checker(_label("Node", node), saturated)
     c.metadata(node, name_required=True)
     spec = c.mapping(node.get("spec"), "spec")
     c.boolean(spec.get("unschedulable"), "spec.unschedulable")
@@ -276,18 +287,46 @@ def check_volume_attachment(attachment: Obj) -> None:
     c.boolean(status.get("attached"), "status.attached")
 
 
+def check_runtime_class(runtime_class: Obj) -> None:
+    c = _Checker(_label("RuntimeClass", runtime_class))
+    c.metadata(runtime_class, name_required=True)
+    overhead = c.mapping(runtime_class.get("overhead"), "overhead")
+    c.resources(overhead.get("podFixed"), "overhead.podFixed")
+    scheduling = c.mapping(runtime_class.get("scheduling"), "scheduling")
+    c.string_map(scheduling.get("nodeSelector"), "scheduling.nodeSelector")
+    tolerations = c.sequence(scheduling.get("tolerations"), "scheduling.tolerations")
+    for i, toleration in enumerate(tolerations):
+        path = f"scheduling.tolerations[{i}]"
+        toleration = c.mapping(toleration, path)
+        for key in ("key", "value", "effect", "operator"):
+            c.string(toleration.get(key), f"{path}.{key}")
+
+
 CHECKS: dict[str, Callable[[Obj], None]] = {
     "Pod": check_pod,
     "Node": check_node,
     "PersistentVolumeClaim": check_pvc,
     "PersistentVolume": check_pv,
     "VolumeAttachment": check_volume_attachment,
+    "RuntimeClass": check_runtime_class,
 }
+#: the kinds whose quantities may saturate in an object the decision does not read
+_SATURATING: dict[str, Callable[..., None]] = {"Pod": check_pod, "Node": check_node}
 
 
-def check_objects(objects: Iterable[object]) -> None:
+def check_objects(
+    objects: Iterable[object],
+    *,
+    read: Callable[[Obj], bool] | None = None,
+    saturated: list[str] | None = None,
+) -> None:
     """Every object of a kind the decision reads; others are ignored (as ``simulate`` ignores
-    them).  The message of the first problem says which object (by kind, name and position)."""
+    them).  The message of the first problem says which object (by kind, name and position).
+
+    ``read``: which objects the decision reads itself (the new pod's claims, their holders);
+    with it, a quantity beyond int64 in any other Pod or Node (one kube-apiserver accepts and
+    stores, ``cpu: 10e399``) is not refused but recorded in ``saturated`` (one line each): the
+    scheduler counts it saturated, and so does the decision."""
     for index, obj in enumerate(objects):
         if not isinstance(obj, Mapping):
             raise InvalidObject(f"object {index + 1} is not a mapping")
@@ -296,6 +335,77 @@ def check_objects(objects: Iterable[object]) -> None:
         if check is None:
             continue
         try:
-            check(obj)
+            lenient = None if _reads(read, obj) else _SATURATING.get(str(kind))
+            if lenient is not None and saturated is not None:
+                found: list[str] = []
+                lenient(obj, saturated=found)
+                saturated.extend(f"object {index + 1}, {line}" for line in found)
+            else:
+                check(obj)
         except InvalidObject as exc:
             raise InvalidObject(f"object {index + 1}, {exc}") from None
+
+
+def _reads(read: Callable[[Obj], bool] | None, obj: Obj) -> bool:
+    if read is None:
+        return True
+    try:
+        return read(obj)
+    except (TypeError, AttributeError, ValueError, KeyError):
+        return True  # malformed: checked in full, which names the problem
+
+
+# --------------------------------------------------------------------------------------------------
+# admission: what kube-apiserver adds to a pod before anything schedules it
+
+
+def admit_runtime_class(
+    pod: JsonDict, runtime_classes: Mapping[str, Obj]
+) -> tuple[JsonDict, str | None]:
+    """The pod as the RuntimeClass admission plugin leaves it, and a note when it could not be
+    applied (the dump lacks the RuntimeClass the pod names).
+
+    A pod naming ``spec.runtimeClassName`` gets its class's ``overhead.podFixed`` as
+    ``spec.overhead`` (which the scheduler adds to its requests), the class's
+    ``scheduling.nodeSelector`` merged into its ``nodeSelector`` and its
+    ``scheduling.tolerations`` added; where the API would refuse the pod (its own overhead or
+    node selector conflicts with the class's), :class:`InvalidObject` says why.
+    """
+    spec = pod.get("spec") or {}
+    name = spec.get("runtimeClassName")
+    if not name:
+        return pod, None
+    c = _Checker(_label("Pod", pod))
+    c.string(name, "spec.runtimeClassName")
+    runtime_class = runtime_classes.get(name)
+    if runtime_class is None:
+        return pod, (
+            f"the pod names RuntimeClass {name!r}, which the dump does not contain: its "
+            "overhead and scheduling are not counted (add kubectl get runtimeclasses -o yaml)"
+        )
+    admitted = {**pod, "spec": dict(spec)}
+    new_spec = admitted["spec"]
+    overhead = (runtime_class.get("overhead") or {}).get("podFixed")
+    if overhead:
+        own = spec.get("overhead")
+        if own is not None and own != overhead:
+            c.fail("spec.overhead", f"does not match RuntimeClass {name!r}'s overhead")
+        new_spec["overhead"] = dict(overhead)
+    scheduling = runtime_class.get("scheduling") or {}
+    selector = dict(spec.get("nodeSelector") or {})
+    for key, value in (scheduling.get("nodeSelector") or {}).items():
+        if key in selector and selector[key] != value:
+            c.fail(
+                f"spec.nodeSelector.{_key(key)}",
+                f"conflicts with RuntimeClass {name!r}'s node selector {key}={value}",
+            )
+        selector[key] = value
+    if selector:
+        new_spec["nodeSelector"] = selector
+    tolerations = list(spec.get("tolerations") or [])
+    for toleration in scheduling.get("tolerations") or []:
+        if toleration not in tolerations:
+            tolerations.append(toleration)
+    if tolerations:
+        new_spec["tolerations"] = tolerations
+    return admitted, None

@@ -753,3 +753,122 @@ def test_installed_command_exits_2_on_a_missing_file(tmp_path):
     assert completed.returncode == 2
     assert completed.stdout == ""
     assert "absent.yaml" in completed.stderr and completed.stderr.count("\n") == 1
+
+
+# --------------------------------------------------------------------------------------------------
+# the rest of the dump counted as the scheduler counts it; admission's RuntimeClass overhead
+
+
+def _other_namespace_pod(node_name: str, cpu: str = "10e399") -> dict:
+    """A pod of another namespace, with a request kube-apiserver accepts and stores."""
+    other = running("etl-7f9c", node_name, requests={"cpu": cpu})
+    other["metadata"]["namespace"] = "data-pipelines"
+    return other
+
+
+@pytest.mark.parametrize(
+    "test_variation_id, other_pod, expect",
+    [
+        (
+            # the scheduler saturates it: the node is full of cpu, so the new pod does not fit
+            "on-the-pinned-node-it-fills-the-node",
+            _other_namespace_pod("cpu-1"),
+            {"verdict": "refuse", "node": "cpu-1", "reasons": ["insufficient:cpu"]},
+        ),
+        (
+            "on-another-node-it-changes-nothing",
+            _other_namespace_pod("cpu-2"),
+            {"verdict": "colocate", "node": "cpu-1", "reasons": []},
+        ),
+    ],
+)
+def test_a_quantity_beyond_int64_outside_the_decision_is_counted_saturated_with_a_warning(
+    test_variation_id, other_pod, expect, tmp_path, capsys
+):
+    new_pod = pod("jupyter-alice", claims=["claim-alice"], user="alice", requests={"cpu": "1"})
+    state_file, pod_file = _files(
+        tmp_path, state_docs=[*_good_state(), node("cpu-2"), other_pod], pod_docs=[new_pod]
+    )
+    status, out, err = run(["simulate", str(state_file), "--pod", str(pod_file), "--json"], capsys)
+    assert status == 0, err
+    result = json.loads(out)
+    assert {k: result[k] for k in expect} == expect
+    (warning,) = result["input_warnings"]
+    assert "data-pipelines/etl-7f9c" in warning and "10e399" in warning
+    assert "counted as the scheduler counts it" in warning
+    assert err == f"warning: {warning}\n"
+
+
+def test_a_quantity_beyond_int64_in_a_claim_holder_is_still_refused(tmp_path, capsys):
+    holder = running(
+        "jupyter-alice--app", "cpu-1", claims=["claim-alice"], user="alice", requests={"cpu": "1"}
+    )
+    holder["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "10e399"
+    state_file, pod_file = _files(tmp_path, state_docs=[node("cpu-1"), pvc("claim-alice"), holder])
+    status, out, err = run(["simulate", str(state_file), "--pod", str(pod_file), "--json"], capsys)
+    assert (status, out) == (2, "")
+    assert "beyond what Kubernetes can count" in err and err.count("\n") == 1
+
+
+def _runtime_class(name: str = "gvisor", cpu: str = "1") -> dict:
+    return {
+        "apiVersion": "node.k8s.io/v1",
+        "kind": "RuntimeClass",
+        "metadata": {"name": name},
+        "handler": "runsc",
+        "overhead": {"podFixed": {"cpu": cpu, "memory": "128Mi"}},
+    }
+
+
+@pytest.mark.parametrize(
+    "test_variation_id, extra_objects, expect, expect_warning",
+    [
+        (
+            # 3 CPU used of 4; 0.5 CPU asked + 1 CPU of the class's overhead does not fit
+            "the-classs-overhead-is-added-as-admission-adds-it",
+            [_runtime_class()],
+            {"verdict": "refuse", "reasons": ["insufficient:cpu"]},
+            None,
+        ),
+        (
+            "a-class-the-dump-lacks-is-said-and-its-overhead-not-counted",
+            [],
+            {"verdict": "colocate", "reasons": []},
+            "RuntimeClass 'gvisor', which the dump does not contain",
+        ),
+    ],
+)
+def test_simulate_counts_the_runtime_class_overhead_of_the_new_pod(
+    test_variation_id, extra_objects, expect, expect_warning, tmp_path, capsys
+):
+    holder = running(
+        "jupyter-alice--app", "cpu-1", claims=["claim-alice"], user="alice", requests={"cpu": "3"}
+    )
+    new_pod = pod("jupyter-alice", claims=["claim-alice"], user="alice", requests={"cpu": "500m"})
+    new_pod["spec"]["runtimeClassName"] = "gvisor"
+    state_file, pod_file = _files(
+        tmp_path,
+        state_docs=[node("cpu-1"), pvc("claim-alice"), holder, *extra_objects],
+        pod_docs=[new_pod],
+    )
+    status, out, err = run(["simulate", str(state_file), "--pod", str(pod_file), "--json"], capsys)
+    assert status == 0, err
+    result = json.loads(out)
+    assert {k: result[k] for k in expect} == expect
+    if expect_warning is None:
+        assert (err, result["input_warnings"]) == ("", [])
+    else:
+        (warning,) = result["input_warnings"]
+        assert expect_warning in warning
+        assert err == f"warning: {warning}\n"
+
+
+def test_a_pod_overhead_that_conflicts_with_its_runtime_class_exits_2(tmp_path, capsys):
+    new_pod = pod("jupyter-alice", claims=["claim-alice"], user="alice")
+    new_pod["spec"].update(runtimeClassName="gvisor", overhead={"cpu": "2"})
+    state_file, pod_file = _files(
+        tmp_path, state_docs=[*_good_state(), _runtime_class()], pod_docs=[new_pod]
+    )
+    status, out, err = run(["simulate", str(state_file), "--pod", str(pod_file), "--json"], capsys)
+    assert (status, out) == (2, "")
+    assert "RuntimeClass 'gvisor'" in err and err.count("\n") == 1

@@ -593,7 +593,7 @@ ATTACHED_ELSEWHERE = [
             attach("FailedAttachVolume", MULTI_ATTACH_MIXED, 1),
         ],
         MULTI_ATTACH,
-        want_words=("2 other servers",),
+        want_words=("2 other pod(s)",),
         want_facts={"holders": ("jupyter-alice--app", "jupyter-bob"), "others": 2},
         now=2,
     ),
@@ -615,7 +615,7 @@ ATTACHED_ELSEWHERE = [
             attach("FailedAttachVolume", WAITING_FOR_DETACH_MIXED, 1),
         ],
         MULTI_ATTACH,
-        want_words=("2 other servers",),
+        want_words=("2 other pod(s)",),
         want_facts={"holders": ("jupyter-alice--app", "jupyter-bob"), "others": 2},
         now=2,
     ),
@@ -889,6 +889,8 @@ class Holders(NamedTuple):
     want_holders: tuple[str, ...]
     want_words: tuple[str, ...]
     want_absent: tuple[str, ...] = ()
+    #: the namespace's JupyterHub server pods the spawner knows (None: not known)
+    servers: tuple[str, ...] | None = ("jupyter-alice", "jupyter-alice--app", "jupyter-bob")
 
 
 # Only the user's own servers are named; every other pod is counted.
@@ -898,7 +900,7 @@ MULTI_ATTACH_HOLDERS = [
             MULTI_ATTACH_MIXED,
             {"jupyter-alice--app": "app"},
             want_holders=("jupyter-alice--app", "jupyter-bob"),
-            want_words=("in use by 'app' and 1 other server.", "Stop 'app'"),
+            want_words=("in use by 'app' and 1 server(s) of other users.", "Stop 'app'"),
             want_absent=("bob",),
         ),
         id="own_app_is_named_and_another_users_pod_only_counted",
@@ -908,7 +910,10 @@ MULTI_ATTACH_HOLDERS = [
             MULTI_ATTACH_OTHER_NAMESPACES,
             {"jupyter-alice": ""},
             want_holders=("jupyter-alice",),
-            want_words=("your default server and 1 other server", "Stop your default server"),
+            want_words=(
+                "your default server and 1 pod(s) in other namespaces",
+                "Stop your default server",
+            ),
         ),
         id="own_default_server_is_named_and_pods_in_other_namespaces_counted",
     ),
@@ -917,7 +922,7 @@ MULTI_ATTACH_HOLDERS = [
             MULTI_ATTACH_MIXED,
             None,
             want_holders=("jupyter-alice--app", "jupyter-bob"),
-            want_words=("in use by 2 other servers", "ask your administrator"),
+            want_words=("in use by 2 server(s) of other users", "ask your administrator"),
             want_absent=("alice", "bob", "Stop"),
         ),
         id="without_own_servers_every_holder_is_only_counted",
@@ -927,7 +932,7 @@ MULTI_ATTACH_HOLDERS = [
             MULTI_ATTACH_ONLY_OTHER_NAMESPACES,
             {"jupyter-alice": ""},
             want_holders=(),
-            want_words=("in use by 2 other servers",),
+            want_words=("in use by 2 pod(s) in other namespaces",),
             want_absent=("default server",),
         ),
         id="holders_only_in_other_namespaces_are_counted",
@@ -968,7 +973,7 @@ MULTI_ATTACH_HOLDERS = [
             WAITING_FOR_DETACH_MIXED,
             {"jupyter-alice--app": "app"},
             want_holders=("jupyter-alice--app", "jupyter-bob"),
-            want_words=("in use by 'app' and 1 other server.", "Stop 'app'"),
+            want_words=("in use by 'app' and 1 server(s) of other users.", "Stop 'app'"),
             want_absent=("bob",),
         ),
         id="waiting_for_detach_counts_another_users_pod",
@@ -986,6 +991,35 @@ MULTI_ATTACH_HOLDERS = [
 ]
 
 
+MULTI_ATTACH_HOLDERS += [
+    pytest.param(
+        Holders(
+            'Multi-Attach error for volume "pvc-1234" Volume is already used by pod(s) '
+            "backup-alice-29123-x7k2p",
+            {"jupyter-alice": ""},
+            want_holders=("backup-alice-29123-x7k2p",),
+            # the words of a refusal before the spawn (messages._in_use_by) for the same holder
+            want_words=(
+                "in use by 1 other pod(s) that are not JupyterHub servers (such as a job)",
+            ),
+            want_absent=("other server", "backup"),
+        ),
+        id="a_jobs_pod_is_told_as_a_pod_that_is_not_a_server_not_as_a_server",
+    ),
+    pytest.param(
+        Holders(
+            WAITING_FOR_DETACH_MIXED,
+            {"jupyter-alice--app": "app"},
+            want_holders=("jupyter-alice--app", "jupyter-bob"),
+            want_words=("in use by 'app' and 1 other pod(s).",),
+            want_absent=("bob", "server(s) of other users", "not JupyterHub servers"),
+            servers=None,
+        ),
+        id="without_the_servers_known_another_pod_is_only_a_pod",
+    ),
+]
+
+
 @pytest.mark.parametrize("case", MULTI_ATTACH_HOLDERS)
 def test_multi_attach_words_name_only_the_users_own_servers(case: Holders) -> None:
     verdict = classify(
@@ -993,6 +1027,7 @@ def test_multi_attach_words_name_only_the_users_own_servers(case: Holders) -> No
         pinned_node="cpu-1",
         now=T0,
         own_servers=case.own_servers,
+        servers=case.servers,
     )
     assert (verdict.action, verdict.code, verdict.raw) == (FAIL, MULTI_ATTACH, case.message)
     assert verdict.holders == case.want_holders

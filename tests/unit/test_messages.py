@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import re
+from datetime import datetime
 
 import pytest
 from builders import gpu_node, node, pod, pvc, state, taint, volume_attachment
 
-from nebari_colocate import fit, messages
+from nebari_colocate import events, fit, messages
 from nebari_colocate.events import FAIL, IMAGE_BAD_NAME, IMAGE_INVALID, EventVerdict
 from nebari_colocate.placement import REFUSE, Decision, Policy, decide
 
@@ -575,3 +577,212 @@ def test_a_holder_on_a_deleted_node_asks_for_an_administrator_not_to_stop_server
     assert "contact your administrator" in text
     assert "or choose a profile" not in text
     assert "no longer exists" in html
+
+
+# --------------------------------------------------------------------------------------------------
+# a pinned node no profile can fit: cordoned, unreachable, not ready (advice that can work)
+
+UNSCHEDULABLE_TAINT = taint("node.kubernetes.io/unschedulable")
+UNREACHABLE = [
+    taint("node.kubernetes.io/unreachable"),
+    taint("node.kubernetes.io/unreachable", effect="NoExecute"),
+]
+NOT_READY = [taint("node.kubernetes.io/not-ready", effect="NoExecute")]
+
+
+@pytest.mark.parametrize(
+    "test_variation_id, pinned_node, expect_present, expect_absent",
+    [
+        (
+            # kubectl cordon: spec.unschedulable, and the node lifecycle controller's taint
+            "a-cordoned-node-is-cordoned-and-no-profile-is-suggested",
+            node("node-a", unschedulable=True, taints=[UNSCHEDULABLE_TAINT]),
+            ["node node-a, where your volume is attached, is cordoned", "stop 'pandas-app' first."],
+            ["choose a profile", "reserved", "node.kubernetes.io"],
+        ),
+        (
+            "an-unreachable-node-is-not-responding-never-reserved",
+            node("node-a", taints=UNREACHABLE),
+            [
+                "is not responding",
+                "stop 'pandas-app' first",
+                "ask your administrator to release the volume from node node-a",
+            ],
+            ["choose a profile", "reserved", "node.kubernetes.io"],
+        ),
+        (
+            "a-not-ready-node-with-a-workload-taint-names-both",
+            node("node-a", taints=[*NOT_READY, taint("dedicated", "ml")]),
+            ["is not ready", "reserved (dedicated=ml:NoSchedule)", "ask your administrator"],
+            ["choose a profile", "not-ready"],
+        ),
+        (
+            "a-workload-taint-alone-still-suggests-a-profile",
+            node("node-a", taints=[taint("dedicated", "ml")]),
+            ["reserved (dedicated=ml:NoSchedule)", "or choose a profile that fits on node node-a"],
+            ["administrator"],
+        ),
+    ],
+)
+def test_advice_for_a_node_no_profile_can_fit_is_advice_that_can_work(
+    test_variation_id, pinned_node, expect_present, expect_absent
+):
+    new_pod = alice("app", None)
+    holder = alice("pandas-app", node_name="node-a")
+    text, html = texts(new_pod, pinned_node, pvc(HOME), holder, server="app")
+    for fragment in expect_present:
+        assert fragment in text, text
+    for fragment in expect_absent:
+        assert fragment not in text, text
+        assert fragment not in html
+
+
+def _pinned_verdict(fragment: str) -> events.EventVerdict:
+    message = (
+        f"0/3 nodes are available: {fragment}, 2 node(s) didn't satisfy plugin(s) "
+        "[NodeAffinity]. preemption: 0/3 nodes are available: 3 Preemption is not helpful."
+    )
+    event = {"reason": "FailedScheduling", "type": "Warning", "message": message}
+    return events.classify([event], pinned_node="node-a", now=datetime(2026, 1, 1))
+
+
+@pytest.mark.parametrize(
+    "test_variation_id, fragment, expect_present, expect_absent",
+    [
+        (
+            "cordoned",
+            "1 node(s) were unschedulable",
+            ["cordoned", "Stop your other servers that use the volume."],
+            ["choose a profile"],
+        ),
+        (
+            "unreachable-named-by-an-older-scheduler",
+            "1 node(s) had untolerated taint {node.kubernetes.io/unreachable: }",
+            ["not responding", "ask your administrator to release the volume from node node-a"],
+            ["choose a profile", "reserved"],
+        ),
+        (
+            "a-workload-taint",
+            "1 node(s) had untolerated taint {dedicated: ml}",
+            ["reserved by a taint", "or choose a profile that fits on node node-a"],
+            [],
+        ),
+    ],
+)
+def test_a_pinned_spawn_ended_by_a_node_state_is_not_told_to_choose_a_profile(
+    test_variation_id, fragment, expect_present, expect_absent
+):
+    text = messages.event_text(_pinned_verdict(fragment))
+    for words in expect_present:
+        assert words in text, text
+    for words in expect_absent:
+        assert words not in text, text
+
+
+# --------------------------------------------------------------------------------------------------
+# the progress stream: JupyterHub sends every field of it to the browser
+
+OWN_PODS = ("jupyter-alice--gpu-lab", "jupyter-alice")
+
+
+@pytest.mark.parametrize(
+    "test_variation_id, event, other_pods, expect_message, expect_absent",
+    [
+        (
+            "multi-attach-names-another-users-server",
+            {
+                "reason": "FailedAttachVolume",
+                "message": 'Multi-Attach error for volume "pv-1" Volume is already used by '
+                "pod(s) jupyter-bob--secret-project",
+            },
+            (),
+            'Multi-Attach error for volume "pv-1" Volume is already used by pod(s) (another pod)',
+            ["bob", "secret-project"],
+        ),
+        (
+            "waiting-for-detach-keeps-the-users-own-pod-and-hides-the-rest",
+            {
+                "reason": "FailedAttachVolume",
+                "message": 'Waiting for detach for volume "pv-1" Volume is already used by '
+                "pod(s) jupyter-alice, backup-29123-x7k2p, jupyter-bob and 2 pod(s) in "
+                "different namespaces",
+            },
+            (),
+            'Waiting for detach for volume "pv-1" Volume is already used by pod(s) '
+            "jupyter-alice, (another pod), (another pod) and 2 pod(s) in different namespaces",
+            ["bob", "backup"],
+        ),
+        (
+            "a-known-pod-name-anywhere-in-a-message",
+            {"reason": "Preempted", "message": "Preempted by jupyter-bob on node cpu-1."},
+            ("jupyter-bob",),
+            "Preempted by (another pod) on node cpu-1.",
+            ["bob"],
+        ),
+        (
+            "a-name-is-replaced-only-as-a-whole-word",
+            {"reason": "Pulling", "message": 'Pulling image "quay.io/jupyter-bob-image:1"'},
+            ("jupyter-bob",),
+            'Pulling image "quay.io/jupyter-bob-image:1"',
+            [],
+        ),
+        (
+            "events-k8s-io-note-and-the-related-preemptor",
+            {
+                "reason": "Preempted",
+                "message": "",
+                "note": "Preempted by pod 1234 on node cpu-1",
+                "related": {"kind": "Pod", "name": "jupyter-bob", "namespace": "jhub"},
+            },
+            ("jupyter-bob",),
+            "",
+            ["bob", "related"],
+        ),
+    ],
+)
+def test_the_progress_stream_never_names_another_users_pods(
+    test_variation_id, event, other_pods, expect_message, expect_absent
+):
+    shown = messages.browser_event(event, OWN_PODS, other_pods)
+    assert shown["message"] == expect_message
+    line = messages.progress_line(shown, "")
+    for words in expect_absent:
+        # every field, as JupyterHub serialises the progress event for the browser
+        assert words not in json.dumps(shown), shown
+        assert words not in line
+    assert event["message"] == expect_message or event != shown  # a copy; the cache is untouched
+
+
+def test_the_progress_stream_keeps_the_users_own_pod_as_related():
+    event = {"reason": "X", "message": "m", "related": {"kind": "Pod", "name": "jupyter-alice"}}
+    assert messages.browser_event(event, OWN_PODS)["related"] == event["related"]
+
+
+# --------------------------------------------------------------------------------------------------
+# storage that is not there: an operator must fix it, no profile helps
+
+UNBOUND_CLAIM = (
+    "0/3 nodes are available: pod has unbound immediate PersistentVolumeClaims. preemption: 0/3 "
+    "nodes are available: 3 Preemption is not helpful for scheduling."
+)
+
+
+@pytest.mark.parametrize(
+    "test_variation_id, pinned_node",
+    [("not-pinned", None), ("pinned-to-the-home-node", "node-a")],
+)
+def test_a_claim_no_one_provides_says_the_storage_is_not_available(test_variation_id, pinned_node):
+    event = {
+        "reason": "FailedScheduling",
+        "type": "Warning",
+        "message": UNBOUND_CLAIM,
+        "firstTimestamp": "2026-01-01T00:00:00Z",
+        "lastTimestamp": "2026-01-01T00:01:01Z",
+    }
+    verdict = events.classify([event], pinned_node=pinned_node, now=datetime(2026, 1, 1, 0, 1, 1))
+    assert verdict.action == events.FAIL
+    text = messages.event_text(verdict)
+    assert "storage it asks for is not available" in text
+    assert "an administrator must fix the storage" in text
+    assert "smaller profile" not in text
+    assert "choose a profile" not in text.lower()
