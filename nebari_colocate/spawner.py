@@ -116,7 +116,9 @@ class ColocatingKubeSpawner(KubeSpawner):  # type: ignore[misc]  # KubeSpawner s
         CephFS, EFS, Longhorn RWX) servers go wherever the scheduler likes, at a metadata-latency
         cost for small-file workloads.  Access modes of existing claims are immutable: claims
         created before a switch keep their mode, and are judged by it.  ``ReadWriteMany``
-        requires ``storage_class``.
+        requires ``storage_class`` when the hub creates the claims (``storage_pvc_ensure``, as
+        zero-to-jupyterhub's dynamic storage sets it); a hub on claims made by others (Nebari's
+        static storage) needs none.
         """,
     )
 
@@ -278,7 +280,12 @@ class ColocatingKubeSpawner(KubeSpawner):  # type: ignore[misc]  # KubeSpawner s
             if self.trait_has_value("storage_access_modes")
             else None
         )
-        check_mode_conflicts(self.storage_access_mode, self.storage_class, explicit)
+        check_mode_conflicts(
+            self.storage_access_mode,
+            self.storage_class,
+            explicit,
+            creates_claims=self.storage_pvc_ensure,
+        )
 
     def server_display_names(self) -> dict[str, str]:
         """Server name -> the name this user knows it by, for the user's own servers only.
