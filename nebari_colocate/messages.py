@@ -218,7 +218,11 @@ HOME_MOVE_ADVICE = (
 
 
 def _advice(
-    decision: Decision, holders: list[str], has_profiles: bool = True, own_pods: int = 0
+    decision: Decision,
+    holders: list[str],
+    has_profiles: bool = True,
+    own_pods: int = 0,
+    others: int = 0,
 ) -> str:
     if HOME_BEING_MOVED in decision.reasons:
         return HOME_MOVE_ADVICE
@@ -239,6 +243,8 @@ def _advice(
         stop = f"stop {_join(holders)} first" if holders else "stop the servers using it first"
     if decision.pinned_by == PINNED_BY_ATTACHMENT and not holders:
         return "The volume is still being released from its last node: try again in a minute."
+    if others:
+        return _shared_advice(decision, has_profiles, others)
     if CLAIM_IN_USE in decision.reasons:
         # ReadWriteOncePod: no node and no profile helps; only the other server stopping does.
         return f"To start it, {stop}."
@@ -247,6 +253,24 @@ def _advice(
     if PREMIUM_NODE in decision.reasons and len(decision.reasons) == 1:
         return f"To start it, {stop}, or choose a profile with a GPU."
     return f"To start it, {stop}, or choose a profile that fits on node {decision.node}."
+
+
+def _shared_advice(decision: Decision, has_profiles: bool, others: int) -> str:
+    """Servers of other users hold the volume: nothing the user stops frees it (counted,
+    never named); a profile that fits the node, or an administrator, can help."""
+    why = (
+        f"Stopping your own servers cannot free it while {others} server(s) of other users "
+        "use it too."
+    )
+    admin = (
+        "ask your administrator: a volume that several users' servers use needs storage "
+        "that any node can use (ReadWriteMany)"
+    )
+    if CLAIM_IN_USE in decision.reasons or not has_profiles:
+        return f"{why} To start it, {admin}."
+    if PREMIUM_NODE in decision.reasons and len(decision.reasons) == 1:
+        return f"{why} To start it, choose a profile with a GPU, or {admin}."
+    return f"{why} To start it, choose a profile that fits on node {decision.node}, or {admin}."
 
 
 def user_message(
@@ -270,7 +294,8 @@ def user_message(
     in_use = _in_use_by(decision, holders, own_pods, username, user_label)
     if in_use:
         parts.append(f"{_exclusivity(decision)} and is in use by {_join(in_use)}.")
-    parts.append(_advice(decision, holders, has_profiles, len(own_pods)))
+    others = _others(decision, username, user_label)
+    parts.append(_advice(decision, holders, has_profiles, len(own_pods), others))
     return " ".join(parts)
 
 
@@ -329,7 +354,8 @@ def user_html(
             f"<div>{esc(_exclusivity(decision))} and is in use by:</div>"
             f'<ul class="colocate-holders">{items}</ul>'
         )
-    advice = _advice(decision, labels, has_profiles, len(own_pods))
+    others = _others(decision, username, user_label)
+    advice = _advice(decision, labels, has_profiles, len(own_pods), others)
     body.append(f"<div>{esc(advice)}</div>")
     return f'<div class="colocate-message" style="text-align: left">{"".join(body)}</div>'
 
