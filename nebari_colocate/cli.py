@@ -36,6 +36,7 @@ from .objects import (
     Obj,
     labels_of,
     meta,
+    pod_claims,
     pod_server,
     pod_user,
     spec,
@@ -220,10 +221,49 @@ def load_pod(path: str) -> JsonDict:
     return pod
 
 
+#: where ``simulate`` took the namespace it judges the pod in (JSON ``namespace_from``)
+NAMESPACE_FROM_POD, NAMESPACE_FROM_DUMP, NAMESPACE_ASSUMED = "pod", "dump", "assumed"
+#: ``simulate``'s own warning codes (beside the decision's; extend, never rename): the manifest
+#: names no namespace and the dump does not tell one; claims of the pod the dump does not have
+#: in the namespace judged (judged by --storage-access-mode), when the manifest named none
+NAMESPACE_ASSUMED_WARNING = "namespace-assumed"
+CLAIM_NOT_FOUND_WARNING = "claim-not-found"
+
+
+def simulated_namespace(pod: Obj, objects: Iterable[Obj]) -> tuple[str, str]:
+    """(namespace, where it came from) for judging ``pod``: its own ``metadata.namespace``
+    (KubeSpawner's manifest has none); else the one namespace of the dump that has the pod's
+    claims, else of the pods that mount them, else of every pod and claim; else ``default``,
+    assumed (none, or more than one)."""
+    own = meta(pod).get("namespace")
+    if own:
+        return own, NAMESPACE_FROM_POD
+    claims = set(pod_claims(pod))
+    namespaced = [
+        o for o in objects if o.get("kind") in ("Pod", "PersistentVolumeClaim") and meta(o)
+    ]
+    with_claims = {
+        meta(o).get("namespace") or "default"
+        for o in namespaced
+        if o.get("kind") == "PersistentVolumeClaim" and meta(o).get("name") in claims
+    }
+    if not with_claims:  # no claim of the pod in the dump: the pods that mount them, if any
+        with_claims = {
+            meta(o).get("namespace") or "default"
+            for o in namespaced
+            if o.get("kind") == "Pod" and claims.intersection(pod_claims(o))
+        }
+    if not with_claims:
+        with_claims = {meta(o).get("namespace") or "default" for o in namespaced}
+    if len(with_claims) == 1:
+        return next(iter(with_claims)), NAMESPACE_FROM_DUMP
+    return "default", NAMESPACE_ASSUMED
+
+
 def simulate(args: argparse.Namespace) -> int:
     pod = load_pod(args.pod)
     objects = read_objects(args.state)
-    namespace = meta(pod).get("namespace") or "default"
+    namespace, namespace_from = simulated_namespace(pod, objects)
     pod.setdefault("metadata", {})["namespace"] = namespace
     state = ClusterState.from_objects(
         objects, namespace=namespace, node_access=not args.no_node_access
@@ -241,10 +281,27 @@ def simulate(args: argparse.Namespace) -> int:
     text = messages.user_message(
         decision, pod, username=username, server_name=server, user_label=label
     )
+    missing = [c for c in pod_claims(pod) if state.pvc(namespace, c) is None]
+    warnings = []
+    if namespace_from == NAMESPACE_ASSUMED:
+        warnings.append(NAMESPACE_ASSUMED_WARNING)
+    if namespace_from != NAMESPACE_FROM_POD and missing:
+        warnings.append(CLAIM_NOT_FOUND_WARNING)
     if args.json:
-        print(json.dumps(decision.as_json(text), sort_keys=False))
+        result = decision.as_json(text)
+        result["warnings"] = sorted([*result["warnings"], *warnings])
+        result["namespace"] = namespace
+        result["namespace_from"] = namespace_from
+        print(json.dumps(result, sort_keys=False))
         return 0
     for line in messages.outcome_lines(decision, text):
+        print(line)
+    for line in messages.simulated_namespace_lines(
+        namespace,
+        namespace_from,
+        missing if CLAIM_NOT_FOUND_WARNING in warnings else [],
+        args.storage_access_mode,
+    ):
         print(line)
     print(messages.operator_line(decision, username=username, server_name=server))
     return 0

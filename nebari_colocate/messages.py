@@ -378,6 +378,28 @@ def outcome_lines(decision: Decision, message: str) -> list[str]:
     return lines
 
 
+def simulated_namespace_lines(
+    namespace: str, namespace_from: str, missing_claims: Sequence[str], storage_access_mode: str
+) -> list[str]:
+    """What ``simulate`` says of the namespace it judged a manifest without
+    ``metadata.namespace`` in (``namespace_from``: ``pod``, ``dump`` or ``assumed``), and of the
+    pod's claims the dump does not have there."""
+    lines = []
+    if namespace_from == "dump":
+        lines.append(f"namespace: {namespace} (the pod manifest names none; taken from the dump)")
+    elif namespace_from == "assumed":
+        lines.append(
+            f"warning: namespace-assumed: the pod manifest names no namespace and the dump "
+            f"does not tell one; judged in namespace {namespace} (set metadata.namespace)"
+        )
+    if missing_claims:
+        lines.append(
+            f"warning: claim-not-found: {_join(list(missing_claims))} not in the dump in "
+            f"namespace {namespace}; judged as {storage_access_mode} (--storage-access-mode)"
+        )
+    return lines
+
+
 def operator_line(decision: Decision, *, username: str, server_name: str) -> str:
     """One log line with codes, node and holders, for the hub log."""
     fields = [
