@@ -36,12 +36,19 @@ from .objects import (
     Obj,
     labels_of,
     meta,
+    pod_claims,
     pod_server,
     pod_user,
     spec,
 )
 from .placement import Policy, decide
-from .state import ClusterState, StateError, read_by_decision, read_objects, read_yaml
+from .state import (
+    ClusterState,
+    StateError,
+    checked_objects,
+    read_by_decision,
+    read_yaml,
+)
 
 
 class UsageError(Exception):
@@ -220,21 +227,67 @@ def load_pod(path: str) -> JsonDict:
     return pod
 
 
+#: where ``simulate`` took the namespace it judges the pod in (JSON ``namespace_from``)
+NAMESPACE_FROM_POD, NAMESPACE_FROM_DUMP, NAMESPACE_ASSUMED = "pod", "dump", "assumed"
+#: ``simulate``'s own warning codes (beside the decision's; extend, never rename): the manifest
+#: names no namespace and the dump does not tell one; claims of the pod the dump does not have
+#: in the namespace judged (judged by --storage-access-mode), when the manifest named none
+NAMESPACE_ASSUMED_WARNING = "namespace-assumed"
+CLAIM_NOT_FOUND_WARNING = "claim-not-found"
+
+
+def simulated_namespace(pod: Obj, objects: Iterable[Obj]) -> tuple[str, str]:
+    """(namespace, where it came from) for judging ``pod``: its own ``metadata.namespace``
+    (KubeSpawner's manifest has none); else the one namespace of the dump that has the pod's
+    claims, else of the pods that mount them, else of every pod and claim; else ``default``,
+    assumed (none, or more than one)."""
+    own = meta(pod).get("namespace")
+    if own:
+        return own, NAMESPACE_FROM_POD
+    claims = set(pod_claims(pod))
+    namespaced = [
+        o for o in objects if o.get("kind") in ("Pod", "PersistentVolumeClaim") and meta(o)
+    ]
+    with_claims = {
+        meta(o).get("namespace") or "default"
+        for o in namespaced
+        if o.get("kind") == "PersistentVolumeClaim" and meta(o).get("name") in claims
+    }
+    if not with_claims:  # no claim of the pod in the dump: the pods that mount them, if any
+        with_claims = {
+            meta(o).get("namespace") or "default"
+            for o in namespaced
+            if o.get("kind") == "Pod" and claims.intersection(pod_claims(o))
+        }
+    if not with_claims:
+        with_claims = {meta(o).get("namespace") or "default" for o in namespaced}
+    if len(with_claims) == 1:
+        return next(iter(with_claims)), NAMESPACE_FROM_DUMP
+    return "default", NAMESPACE_ASSUMED
+
+
 def simulate(args: argparse.Namespace) -> int:
     pod = load_pod(args.pod)
-    namespace = meta(pod).get("namespace") or "default"
+    raw = read_yaml(args.state)
+    # structure first (every quantity counted, none refused), so the namespace can be found;
+    # then refuse what the decision itself reads in that namespace
+    namespace, namespace_from = simulated_namespace(
+        pod, checked_objects(raw, args.state, read=lambda _obj: False, saturated=[])
+    )
     pod.setdefault("metadata", {})["namespace"] = namespace
     notes: list[str] = []
-    objects = read_objects(args.state, read=read_by_decision(pod, namespace), saturated=notes)
+    objects = checked_objects(
+        raw, args.state, read=read_by_decision(pod, namespace), saturated=notes
+    )
     runtime_classes = {
         meta(o).get("name", ""): o for o in objects if o.get("kind") == "RuntimeClass"
     }
     try:
-        pod, missing = validate.admit_runtime_class(pod, runtime_classes)
+        pod, no_runtime_class = validate.admit_runtime_class(pod, runtime_classes)
     except validate.InvalidObject as exc:
         raise StateError(f"{args.pod} with {args.state}: {exc}") from None
-    if missing:
-        notes.append(f"{args.pod}: {missing}")
+    if no_runtime_class:
+        notes.append(f"{args.pod}: {no_runtime_class}")
     for note in notes:
         print(f"warning: {note}", file=sys.stderr)
     state = ClusterState.from_objects(
@@ -253,12 +306,30 @@ def simulate(args: argparse.Namespace) -> int:
     text = messages.user_message(
         decision, pod, username=username, server_name=server, user_label=label
     )
+    missing = [c for c in pod_claims(pod) if state.pvc(namespace, c) is None]
+    warnings = []
+    if namespace_from == NAMESPACE_ASSUMED:
+        warnings.append(NAMESPACE_ASSUMED_WARNING)
+    if namespace_from != NAMESPACE_FROM_POD and missing:
+        warnings.append(CLAIM_NOT_FOUND_WARNING)
     if args.json:
+        result = decision.as_json(text)
+        result["warnings"] = sorted([*result["warnings"], *warnings])
+        result["namespace"] = namespace
+        result["namespace_from"] = namespace_from
         # input_warnings: what in the dump was counted other than as written (extends the
         # documented object; the same lines go to stderr)
-        print(json.dumps({**decision.as_json(text), "input_warnings": notes}, sort_keys=False))
+        result["input_warnings"] = notes
+        print(json.dumps(result, sort_keys=False))
         return 0
     for line in messages.outcome_lines(decision, text):
+        print(line)
+    for line in messages.simulated_namespace_lines(
+        namespace,
+        namespace_from,
+        missing if CLAIM_NOT_FOUND_WARNING in warnings else [],
+        args.storage_access_mode,
+    ):
         print(line)
     print(messages.operator_line(decision, username=username, server_name=server))
     return 0

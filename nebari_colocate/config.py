@@ -105,15 +105,20 @@ def check_timeout(value: Any) -> float:
 
 
 def check_mode_conflicts(
-    mode: str, storage_class: str | None, explicit_modes: Iterable[str] | None
+    mode: str,
+    storage_class: str | None,
+    explicit_modes: Iterable[str] | None,
+    creates_claims: bool = True,
 ) -> None:
-    """RWX needs a storage class; an explicit storage_access_modes must agree with the mode."""
-    if mode == RWX and not storage_class:
+    """RWX needs a storage class when the hub creates claims (``creates_claims``, KubeSpawner's
+    ``storage_pvc_ensure``: a hub on claims made by others, as Nebari's ``storage.type: static``,
+    names no class); an explicit storage_access_modes must agree with the mode."""
+    if mode == RWX and not storage_class and creates_claims:
         raise ColocationConfigError(
             f"storage_access_mode is {mode!r} but storage_class is {storage_class!r}: "
             "ReadWriteMany needs the name of a StorageClass that provides it (for example an "
-            "NFS, CephFS, EFS or Longhorn RWX class); set storage_class "
-            "(helm: custom.storage-class)"
+            "NFS, CephFS, EFS or Longhorn RWX class) for the claims this hub creates "
+            "(storage_pvc_ensure is True); set storage_class (helm: custom.storage-class)"
         )
     if explicit_modes is not None and set(explicit_modes) != {mode}:
         raise ColocationConfigError(
@@ -155,4 +160,10 @@ def check_config(
     check_label_key(merged.get("colocation_label_key", DEFAULT_LABEL_KEY))
     check_premium_resources(merged.get("premium_resources", []))
     check_timeout(merged.get("colocation_check_timeout", DEFAULT_CHECK_TIMEOUT))
-    check_mode_conflicts(mode, merged.get("storage_class"), merged.get("storage_access_modes"))
+    check_mode_conflicts(
+        mode,
+        merged.get("storage_class"),
+        merged.get("storage_access_modes"),
+        # KubeSpawner's default is False; zero-to-jupyterhub sets True for storage type dynamic
+        creates_claims=bool(merged.get("storage_pvc_ensure", False)),
+    )

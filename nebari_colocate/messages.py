@@ -259,7 +259,11 @@ HOME_MOVE_ADVICE = (
 
 
 def _advice(
-    decision: Decision, holders: list[str], has_profiles: bool = True, own_pods: int = 0
+    decision: Decision,
+    holders: list[str],
+    has_profiles: bool = True,
+    own_pods: int = 0,
+    others: int = 0,
 ) -> str:
     if HOME_BEING_MOVED in decision.reasons:
         return HOME_MOVE_ADVICE
@@ -280,10 +284,13 @@ def _advice(
         stop = f"stop {_join(holders)} first" if holders else "stop the servers using it first"
     if decision.pinned_by == PINNED_BY_ATTACHMENT and not holders:
         return "The volume is still being released from its last node: try again in a minute."
+    states = fit.node_states(decision.fit) if decision.fit else []
+    if others:
+        # no profile fits a cordoned, unreachable or failing node either
+        return _shared_advice(decision, has_profiles and not states, others)
     if CLAIM_IN_USE in decision.reasons:
         # ReadWriteOncePod: no node and no profile helps; only the other server stopping does.
         return f"To start it, {stop}."
-    states = fit.node_states(decision.fit) if decision.fit else []
     if states:
         # No profile fits a cordoned, unreachable or failing node: only freeing the volume helps.
         return f"To start it, {stop}.{_node_state_advice(states, decision.node)}"
@@ -302,6 +309,24 @@ def _node_state_advice(states: Sequence[str], node: str | None) -> str:
             f"a few minutes, ask your administrator to release the volume from node {node}."
         )
     return ""
+
+
+def _shared_advice(decision: Decision, has_profiles: bool, others: int) -> str:
+    """Servers of other users hold the volume: nothing the user stops frees it (counted,
+    never named); a profile that fits the node, or an administrator, can help."""
+    why = (
+        f"Stopping your own servers cannot free it while {others} server(s) of other users "
+        "use it too."
+    )
+    admin = (
+        "ask your administrator: a volume that several users' servers use needs storage "
+        "that any node can use (ReadWriteMany)"
+    )
+    if CLAIM_IN_USE in decision.reasons or not has_profiles:
+        return f"{why} To start it, {admin}."
+    if PREMIUM_NODE in decision.reasons and len(decision.reasons) == 1:
+        return f"{why} To start it, choose a profile with a GPU, or {admin}."
+    return f"{why} To start it, choose a profile that fits on node {decision.node}, or {admin}."
 
 
 def user_message(
@@ -325,7 +350,8 @@ def user_message(
     in_use = _in_use_by(decision, holders, own_pods, username, user_label)
     if in_use:
         parts.append(f"{_exclusivity(decision)} and is in use by {_join(in_use)}.")
-    parts.append(_advice(decision, holders, has_profiles, len(own_pods)))
+    others = _others(decision, username, user_label)
+    parts.append(_advice(decision, holders, has_profiles, len(own_pods), others))
     return " ".join(parts)
 
 
@@ -401,7 +427,8 @@ def user_html(
             f"<div>{esc(_exclusivity(decision))} and is in use by:</div>"
             f'<ul class="colocate-holders">{items}</ul>'
         )
-    advice = _advice(decision, labels, has_profiles, len(own_pods))
+    others = _others(decision, username, user_label)
+    advice = _advice(decision, labels, has_profiles, len(own_pods), others)
     body.append(f"<div>{esc(advice)}</div>")
     return f'<div class="colocate-message" style="text-align: left">{"".join(body)}</div>'
 
@@ -421,6 +448,28 @@ def outcome_lines(decision: Decision, message: str) -> list[str]:
     else:
         lines = ["The server starts on any node; later servers of this user will join it there."]
     lines.extend(f"warning: {w}" for w in decision.warnings)
+    return lines
+
+
+def simulated_namespace_lines(
+    namespace: str, namespace_from: str, missing_claims: Sequence[str], storage_access_mode: str
+) -> list[str]:
+    """What ``simulate`` says of the namespace it judged a manifest without
+    ``metadata.namespace`` in (``namespace_from``: ``pod``, ``dump`` or ``assumed``), and of the
+    pod's claims the dump does not have there."""
+    lines = []
+    if namespace_from == "dump":
+        lines.append(f"namespace: {namespace} (the pod manifest names none; taken from the dump)")
+    elif namespace_from == "assumed":
+        lines.append(
+            f"warning: namespace-assumed: the pod manifest names no namespace and the dump "
+            f"does not tell one; judged in namespace {namespace} (set metadata.namespace)"
+        )
+    if missing_claims:
+        lines.append(
+            f"warning: claim-not-found: {_join(list(missing_claims))} not in the dump in "
+            f"namespace {namespace}; judged as {storage_access_mode} (--storage-access-mode)"
+        )
     return lines
 
 

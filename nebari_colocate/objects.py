@@ -102,6 +102,27 @@ def is_exclusive(modes: Iterable[str], read_only: bool = False) -> bool:
     return not (ROX in modes and read_only)
 
 
+def known_shared(
+    modes: Iterable[str] | None, pod: Obj, claim: str, mounting: Iterable[Obj] = ()
+) -> bool:
+    """``claim`` is known to be shared: its access modes are known (``modes`` not None) and not
+    exclusive, the read-only test (:func:`is_exclusive`) taken over ``pod`` and the other pods of
+    ``mounting`` that use it (finished pods and ``pod``'s own name apart).  Unknown modes are
+    never shared: the caller decides what unknown means."""
+    if modes is None:
+        return False
+    modes = list(modes)
+    if RWX in modes:
+        return True
+    own = meta(pod).get("name")
+    read_only = mounts_read_only(pod, claim) and all(
+        mounts_read_only(p, claim)
+        for p in mounting
+        if meta(p).get("name") != own and not is_terminal(p) and claim in pod_claims(p)
+    )
+    return not is_exclusive(modes, read_only)
+
+
 def is_terminal(pod: Obj) -> bool:
     """Succeeded and Failed pods hold no node resources and no volume."""
     return (pod.get("status") or {}).get("phase") in TERMINAL_PHASES

@@ -8,7 +8,7 @@ could not be gathered.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from . import fit
@@ -24,14 +24,21 @@ from .objects import (
     MOVING,
     RWO,
     RWOP,
+    USERNAME_ANNOTATION,
     USERNAME_LABEL,
     JsonDict,
     Obj,
+    annotations_of,
+    has_owner,
     holders,
     is_exclusive,
+    is_server,
     is_terminal,
+    known_shared,
+    labels_of,
     meta,
     mounts_read_only,
+    owned_by,
     pod_claims,
     spec,
 )
@@ -348,27 +355,73 @@ def _inferred_misfit(
 
 
 def safe_side(
-    pod: Obj, known_pods: Iterable[Obj], why: str, *, namespace: str | None = None
+    pod: Obj,
+    known_pods: Iterable[Obj],
+    why: str,
+    *,
+    namespace: str | None = None,
+    known_modes: Mapping[str, Sequence[str]] | None = None,
 ) -> Decision:
-    """When the state could not be gathered: never skip; pin to a holder's node if one is known.
+    """When the state could not be gathered: never pin on a claim known to be shared; otherwise
+    never skip, and pin to a holder's node if one is known.
 
     ``known_pods`` is whatever is at hand (the live view's last known pods, the pod reflector's
     cache, possibly empty).  ``namespace`` is the hub's: KubeSpawner's manifest has no
-    ``metadata.namespace``, so the manifest's own field cannot be relied on.  All claims count as
-    exclusive: without the PVCs we cannot prove a claim is shared.
+    ``metadata.namespace``, so the manifest's own field cannot be relied on.  ``known_modes``
+    (claim -> access modes) is what earlier reads saw: modes never change, so a claim known to
+    be shared (ReadWriteMany; ReadOnlyMany mounted read-only by every known pod) constrains
+    nothing.  A claim whose modes are unknown counts as exclusive, except that when servers of
+    other users hold it, it is taken to be shared (a per-user home is not mounted by other
+    users' servers; a claim every user mounts, as Nebari's, is): pinning this pod to their node
+    would keep it off every other node, while a wrong guess the other way ends in a
+    Multi-Attach event the event check reports.  So then only the user's own holders pin it.
     """
     namespace = namespace or meta(pod).get("namespace")
     own_name = meta(pod).get("name")
-    claims = set(pod_claims(pod))
+    claims = pod_claims(pod)
+    modes = dict(known_modes or {})
     in_namespace = [
         p
         for p in known_pods
         if namespace is None or (meta(p).get("namespace") or namespace) == namespace
     ]
-    holding = list({id(p): p for p in holders(in_namespace, claims, exclude=own_name)}.values())
+    shared = [c for c in claims if known_shared(modes.get(c), pod, c, in_namespace)]
+    notes = [why]
+    if claims and len(shared) == len(claims):
+        notes.append(f"claims known to be shared ({', '.join(shared)}): nothing to co-locate")
+        return Decision(SKIP, verified=False, notes=notes)
+    username = annotations_of(pod).get(USERNAME_ANNOTATION)
+    label = labels_of(pod).get(USERNAME_LABEL)
+    pinning: list[Obj] = []
+    for claim in claims:
+        if claim in shared:
+            continue
+        held = holders(in_namespace, [claim], exclude=own_name)
+        if claim in modes:
+            pinning.extend(held)
+            continue
+        others = [
+            h
+            for h in held
+            if is_server(h) and has_owner(h) and not (username and owned_by(h, username, label))
+        ]
+        if others:
+            pinning.extend(h for h in held if username and owned_by(h, username, label))
+            notes.append(
+                f"access modes of claim {claim} unknown; {len(others)} server(s) of other users "
+                "hold it, so it is taken to be shared: only this user's own servers pin the pod"
+            )
+        else:
+            pinning.extend(held)
+            notes.append(f"access modes of claim {claim} unknown: taken to be exclusive")
+    holding = list({id(p): p for p in pinning}.values())
     nodes = sorted({spec(h)["nodeName"] for h in holding})
     decision = Decision(
-        COLOCATE, holder_pods=holding, claims=pod_claims(pod), verified=False, notes=[why]
+        COLOCATE,
+        holder_pods=holding,
+        claims=[c for c in claims if c not in shared],
+        verified=False,
+        notes=notes,
     )
     if len(nodes) == 1:
         decision.node, decision.pinned_by = nodes[0], PINNED_BY_HOLDERS

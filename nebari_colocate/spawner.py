@@ -65,8 +65,9 @@ from .jupyterhub import (
     requested_through_rest_api,
     uncount_refusal,
 )
+from .known_modes import KnownModes
 from .locks import UserLocks
-from .objects import SERVERNAME_ANNOTATION, USERNAME_ANNOTATION, JsonDict
+from .objects import SERVERNAME_ANNOTATION, USERNAME_ANNOTATION, JsonDict, pod_claims
 from .placement import REFUSE, SKIP, Decision, Policy, decide, safe_side
 from .state import ClusterState
 from .view import ClusterView, DirectReader, ViewNotLive, admitted_pod, sweep_late_pod
@@ -115,7 +116,9 @@ class ColocatingKubeSpawner(KubeSpawner):  # type: ignore[misc]  # KubeSpawner s
         CephFS, EFS, Longhorn RWX) servers go wherever the scheduler likes, at a metadata-latency
         cost for small-file workloads.  Access modes of existing claims are immutable: claims
         created before a switch keep their mode, and are judged by it.  ``ReadWriteMany``
-        requires ``storage_class``.
+        requires ``storage_class`` when the hub creates the claims (``storage_pvc_ensure``, as
+        zero-to-jupyterhub's dynamic storage sets it); a hub on claims made by others (Nebari's
+        static storage) needs none.
         """,
     )
 
@@ -228,6 +231,9 @@ class ColocatingKubeSpawner(KubeSpawner):  # type: ignore[misc]  # KubeSpawner s
 
     #: per-user locks; class level so all spawners of the hub share them
     _colocation_locks: ClassVar[UserLocks] = UserLocks()
+    #: access modes of claims earlier checks read (they never change): the safe side never pins
+    #: on a claim known to be shared; class level so all spawners of the hub share it
+    _known_claim_modes: ClassVar[KnownModes] = KnownModes()
     #: running sweeps after API faults (strong references: the loop keeps only weak ones)
     _api_fault_sweeps: ClassVar[set[asyncio.Future[None]]] = set()
 
@@ -274,7 +280,12 @@ class ColocatingKubeSpawner(KubeSpawner):  # type: ignore[misc]  # KubeSpawner s
             if self.trait_has_value("storage_access_modes")
             else None
         )
-        check_mode_conflicts(self.storage_access_mode, self.storage_class, explicit)
+        check_mode_conflicts(
+            self.storage_access_mode,
+            self.storage_class,
+            explicit,
+            creates_claims=self.storage_pvc_ensure,
+        )
 
     def server_display_names(self) -> dict[str, str]:
         """Server name -> the name this user knows it by, for the user's own servers only.
@@ -363,6 +374,18 @@ class ColocatingKubeSpawner(KubeSpawner):  # type: ignore[misc]  # KubeSpawner s
             return None
         return list(reflector.pods.values())
 
+    def _claim_modes(self, view: ClusterView, pod: JsonDict) -> dict[str, list[str]]:
+        """What is known of the access modes of ``pod``'s claims without asking the API: the
+        live view's last known claims, and what earlier checks read (which wins: it is what a
+        completed read said)."""
+        claims = pod_claims(pod)
+        last_known = {
+            c: list((pvc.get("spec") or {}).get("accessModes") or [])
+            for c in claims
+            if (pvc := view.pvcs.items.get(f"{self.namespace}/{c}")) is not None
+        }
+        return {**last_known, **self._known_claim_modes.of(self.namespace, claims)}
+
     def colocation_view(self) -> ClusterView:
         """The live view of this hub's namespace, shared by every spawner (started lazily)."""
         return ClusterView.shared(self.api.api_client, self.namespace)
@@ -425,6 +448,7 @@ class ColocatingKubeSpawner(KubeSpawner):  # type: ignore[misc]  # KubeSpawner s
                 state = await asyncio.wait_for(
                     self._colocation_state(view, pod), timeout=self.colocation_check_timeout
                 )
+            self._known_claim_modes.learn(self.namespace, pod_claims(pod), state)
             decision = decide(pod, state, policy)
             if decision.node is not None:
                 before = time.perf_counter()
@@ -446,7 +470,9 @@ class ColocatingKubeSpawner(KubeSpawner):  # type: ignore[misc]  # KubeSpawner s
                 exc_info=not isinstance(exc, asyncio.TimeoutError),
             )
             known = [*view.known_pods(pod), *(self._reflector_pods() or [])]
-            decision = safe_side(pod, known, why, namespace=self.namespace)
+            decision = safe_side(
+                pod, known, why, namespace=self.namespace, known_modes=self._claim_modes(view, pod)
+            )
             safe = True
         elapsed = time.perf_counter() - started
         self.colocation_timings = {"check": elapsed - dry_run, "dry_run": dry_run}

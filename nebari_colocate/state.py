@@ -496,7 +496,17 @@ def read_objects(
     validated as the API would (``nebari_colocate.validate``); StateError names the file, the
     object and the problem.  ``read`` and ``saturated``: see ``validate.check_objects`` (a
     quantity beyond int64 in an object the decision does not read is recorded, not refused)."""
-    objects = read_yaml(path)
+    return checked_objects(read_yaml(path), path, read=read, saturated=saturated)
+
+
+def checked_objects(
+    objects: list[JsonDict],
+    path: str | Path,
+    *,
+    read: Callable[[Obj], bool] | None = None,
+    saturated: list[str] | None = None,
+) -> list[JsonDict]:
+    """:func:`read_objects` on objects already read from ``path`` (the same checks and names)."""
     found: list[str] = []
     try:
         check_objects(objects, read=read, saturated=found if read is not None else None)

@@ -32,7 +32,15 @@ from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, ClassVar, TypeVar
 
 from . import metrics
-from .objects import JsonDict, Obj, attached_nodes, attachment_pv, holds_volume, pod_claims
+from .objects import (
+    JsonDict,
+    Obj,
+    attached_nodes,
+    attachment_pv,
+    holds_volume,
+    known_shared,
+    pod_claims,
+)
 from .state import ClusterState
 
 log = logging.getLogger(__name__)
@@ -443,6 +451,11 @@ def _pv_names(pvcs: Iterable[Obj]) -> set[str]:
     return {name for p in pvcs if (name := (p.get("spec") or {}).get("volumeName"))}
 
 
+def _modes(pvc: Obj | None) -> list[str] | None:
+    """A claim's access modes; None when the claim is not known."""
+    return None if pvc is None else list((pvc.get("spec") or {}).get("accessModes") or [])
+
+
 def _candidate_nodes(claims_pods: Iterable[Obj], attachments: Iterable[Obj]) -> set[str]:
     """Nodes a decision may pin to: of the pods holding the claims, else of attachments."""
     # a pod that holds a volume is bound: its nodeName is set
@@ -528,12 +541,21 @@ class DirectReader:
         claims = list(dict.fromkeys([*pod_claims(pod), *extra_claims]))
         own = [self.pvcs[k] for c in claims if (k := f"{self.namespace}/{c}") in self.pvcs]
         volumes = _pv_names(own)
-        claimers = [p for p in self.pods if set(pod_claims(p)) & set(claims)]
+        # Modes first: only the pods of exclusive claims pin, so only their nodes are read.
+        exclusive = [
+            c
+            for c in claims
+            if not known_shared(_modes(self.pvcs.get(f"{self.namespace}/{c}")), pod, c, self.pods)
+        ]
+        claimers = [p for p in self.pods if set(pod_claims(p)) & set(exclusive)]
+        exclusive_volumes = _pv_names(
+            self.pvcs[k] for c in exclusive if (k := f"{self.namespace}/{c}") in self.pvcs
+        )
         attachments: list[JsonDict] | None = []
         holders = _candidate_nodes(claimers, [])
-        if volumes and (not holders or extra_claims):
+        if (exclusive_volumes and not holders) or (volumes and extra_claims):
             attachments = await self.attachments()
-        attachments_of = [va for va in attachments or [] if attachment_pv(va) in volumes]
+        attachments_of = [va for va in attachments or [] if attachment_pv(va) in exclusive_volumes]
         names = sorted(_candidate_nodes(claimers, attachments_of) | set(extra_nodes))
         found_nodes: dict[str, JsonDict] = {}
         nodes: dict[str, JsonDict] | None = found_nodes  # None: Nodes may not be read
@@ -821,12 +843,20 @@ class ClusterView:
         namespace = self.namespace
         gathered = _Gathered()
         pods = gathered.pods
+        exclusive: list[JsonDict] = []
         for claim in pod_claims(pod):
-            for p in self.by_claim.get(f"{namespace}/{claim}"):
-                pods[_key(p)] = p
-            pvc = self.pvcs.items.get(f"{namespace}/{claim}")
+            key = f"{namespace}/{claim}"
+            pvc = self.pvcs.items.get(key)
             if pvc is not None:
-                gathered.pvcs[f"{namespace}/{claim}"] = pvc
+                gathered.pvcs[key] = pvc
+            # Modes first: the pods of a shared claim (on Nebari, every user's) pin nothing,
+            # so they, their nodes and those nodes' pods are not gathered.
+            claimers = self.by_claim.get(key)
+            if not known_shared(_modes(pvc), pod, claim, claimers):
+                for p in claimers:
+                    pods[_key(p)] = p
+                if pvc is not None:
+                    exclusive.append(pvc)
         volumes = _pv_names(gathered.pvcs.values())
         if self.attachments.forbidden:
             gathered.attachments = None
@@ -836,7 +866,11 @@ class ClusterView:
             ]
         if not self.pvs.forbidden:
             gathered.pvs = {v: self.pvs.items[v] for v in volumes if v in self.pvs.items}
-        candidates = _candidate_nodes(pods.values(), gathered.attachments or [])
+        exclusive_volumes = _pv_names(exclusive)
+        candidates = _candidate_nodes(
+            pods.values(),
+            [va for va in gathered.attachments or [] if attachment_pv(va) in exclusive_volumes],
+        )
         if self.nodes.forbidden:
             gathered.nodes = None
             return gathered

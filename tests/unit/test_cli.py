@@ -198,6 +198,105 @@ def test_storage_access_mode_judges_claims_missing_from_the_dump(
     assert result["verdict"] == expect_verdict
 
 
+SHARE = "jupyterhub-jhub-share"  # Nebari's one claim for every user's home
+
+
+@pytest.mark.parametrize(
+    "test_variation_id, pod_namespace, objects, expect",
+    [
+        (
+            "shared-claim-found-in-the-dumps-one-namespace",
+            None,
+            [
+                pvc(SHARE, namespace="jhub", modes=["ReadWriteMany"]),
+                running("jupyter-bob", "cpu-1", namespace="jhub", claims=[SHARE], user="bob"),
+            ],
+            {"verdict": "skip", "namespace": "jhub", "namespace_from": "dump", "warnings": []},
+        ),
+        (
+            "exclusive-claim-found-in-the-dumps-one-namespace-pins",
+            None,
+            [
+                pvc(SHARE, namespace="jhub"),
+                running("jupyter-alice", "cpu-1", namespace="jhub", claims=[SHARE]),
+                running("coredns", "cpu-2", namespace="kube-system"),
+            ],
+            {"verdict": "colocate", "node": "cpu-1", "namespace": "jhub", "warnings": []},
+        ),
+        (
+            "claim-in-two-namespaces-assumes-default-and-warns",
+            None,
+            [pvc(SHARE, namespace="jhub"), pvc(SHARE, namespace="prod")],
+            {
+                "verdict": "colocate",
+                "namespace": "default",
+                "namespace_from": "assumed",
+                "warnings": ["claim-not-found", "namespace-assumed"],
+            },
+        ),
+        (
+            "nothing-namespaced-in-the-dump-assumes-default-and-warns",
+            None,
+            [],
+            {
+                "namespace": "default",
+                "namespace_from": "assumed",
+                "warnings": ["claim-not-found", "namespace-assumed"],
+            },
+        ),
+        (
+            "the-manifests-own-namespace-wins",
+            "dev",
+            [pvc(SHARE, namespace="jhub", modes=["ReadWriteMany"])],
+            {"verdict": "colocate", "namespace": "dev", "namespace_from": "pod", "warnings": []},
+        ),
+    ],
+)
+def test_a_manifest_without_namespace_is_judged_where_the_dump_has_its_claims(
+    test_variation_id, pod_namespace, objects, expect, tmp_path, capsys
+):
+    # KubeSpawner's manifest has no metadata.namespace: judged in `default`, every claim would
+    # be missing, judged exclusive, and the answer `colocate` with no word of it.
+    state_file = write_yaml(tmp_path / "state.yaml", node("cpu-1"), node("cpu-2"), *objects)
+    manifest = pod("jupyter-alice--new", namespace=pod_namespace, claims=[SHARE], user="alice")
+    pod_file = write_yaml(tmp_path / "pod.yaml", manifest)
+    result = simulate_json(["simulate", str(state_file), "--pod", str(pod_file)], capsys)
+    assert {k: result[k] for k in expect} == expect
+
+
+@pytest.mark.parametrize(
+    "test_variation_id, objects, expect_lines",
+    [
+        (
+            "taken-from-the-dump",
+            [pvc(SHARE, namespace="jhub", modes=["ReadWriteMany"])],
+            ["namespace: jhub (the pod manifest names none; taken from the dump)"],
+        ),
+        (
+            "assumed",
+            [pvc(SHARE, namespace="jhub"), pvc(SHARE, namespace="prod")],
+            [
+                "warning: namespace-assumed: the pod manifest names no namespace and the dump "
+                "does not tell one; judged in namespace default (set metadata.namespace)",
+                f"warning: claim-not-found: {SHARE} not in the dump in namespace default; "
+                "judged as ReadWriteOnce (--storage-access-mode)",
+            ],
+        ),
+    ],
+)
+def test_text_output_says_which_namespace_a_manifest_without_one_was_judged_in(
+    test_variation_id, objects, expect_lines, tmp_path, capsys
+):
+    state_file = write_yaml(tmp_path / "state.yaml", node("cpu-1"), *objects)
+    manifest = pod("jupyter-alice--new", namespace=None, claims=[SHARE], user="alice")
+    pod_file = write_yaml(tmp_path / "pod.yaml", manifest)
+    status, out, err = run(["simulate", str(state_file), "--pod", str(pod_file)], capsys)
+    assert (status, err) == (0, "")
+    for line in expect_lines:
+        assert line in out.splitlines()
+    assert out.splitlines()[-1].startswith("colocate verdict=")
+
+
 def test_reasons_and_holders_are_sorted(tmp_path, capsys):
     holders = [
         pod(name, claims=["claim-alice"], node_name="cpu-1", phase="Running")

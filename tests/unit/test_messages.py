@@ -233,6 +233,65 @@ def test_refusal_never_names_another_users_pods_or_servers(test_variation_id, ne
     assert re.search(r"other users?", text)
 
 
+@pytest.mark.parametrize(
+    "test_variation_id, new_pod, objects, has_profiles, expect_advice",
+    [
+        (
+            "held-by-alices-app-and-bobs-server",
+            gpu_lab("", claims=["team-data"]),
+            [pvc("team-data"), bob(), alice("pandas-app", claims=["team-data"])],
+            True,
+            "Stopping your own servers cannot free it while 1 server(s) of other users use it "
+            "too. To start it, choose a profile that fits on node cpu-1, or ask your "
+            "administrator: a volume that several users' servers use needs storage that any "
+            "node can use (ReadWriteMany).",
+        ),
+        (
+            "held-by-two-other-users-only",
+            gpu_lab("", claims=["team-data"]),
+            [pvc("team-data"), bob(), bob("other-project")],
+            True,
+            "Stopping your own servers cannot free it while 2 server(s) of other users use it "
+            "too. To start it, choose a profile that fits on node cpu-1, or ask your "
+            "administrator",
+        ),
+        (
+            "on-a-hub-without-profiles",
+            gpu_lab("", claims=["team-data"]),
+            [pvc("team-data"), bob(), alice("pandas-app", claims=["team-data"])],
+            False,
+            "Stopping your own servers cannot free it while 1 server(s) of other users use it "
+            "too. To start it, ask your administrator: a volume",
+        ),
+        (
+            "readwriteoncepod-in-use-by-bob",
+            alice("app", None, claims=["team-data"]),
+            [pvc("team-data", modes=["ReadWriteOncePod"]), bob()],
+            True,
+            "Stopping your own servers cannot free it while 1 server(s) of other users use it "
+            "too. To start it, ask your administrator: a volume",
+        ),
+    ],
+)
+def test_advice_for_a_volume_other_users_servers_hold_is_what_can_help(
+    test_variation_id, new_pod, objects, has_profiles, expect_advice
+):
+    decision = refusal(new_pod, *objects)
+    args = {
+        "username": "alice",
+        "server_name": "",
+        "user_label": "alice",
+        "has_profiles": has_profiles,
+        "display_names": {"pandas-app": "Pandas App"},
+    }
+    text = messages.user_message(decision, new_pod, **args)
+    html = messages.user_html(decision, new_pod, **args)
+    for output in (text, html.replace("&#x27;", "'")):
+        assert expect_advice in output
+        assert "stop 'Pandas App' first" not in output
+        assert "stop the servers using it" not in output
+
+
 def test_a_holder_of_another_user_is_not_listed_as_yours():
     decision = refusal(gpu_lab("", claims=["team-data"]), pvc("team-data"), bob())
     assert messages.own_servers(decision, "alice", "alice") == []

@@ -674,7 +674,101 @@ def test_safe_side_never_skips_a_mounted_claim_and_pins_to_a_known_holder(
     decision = safe_side(new_pod(**pod_kwargs), known_pods, "API timed out")
     assert outcome(decision) == expect_result
     assert decision.verified is False
-    assert decision.notes == ["API timed out"]
+    assert decision.notes[0] == "API timed out"
+
+
+SHARE = "jupyterhub-dev-share"  # Nebari's one claim for every user's home
+
+
+def bobs(node_name: str = "cpu-1", name: str = "jupyter-bob", **kwargs) -> dict:
+    """A server of another user (bob) mounting Nebari's shared claim."""
+    kwargs.setdefault("claims", [SHARE])
+    kwargs.setdefault("user", "bob")
+    return pod(name, node_name=node_name, phase="Running", server="", **kwargs)
+
+
+@pytest.mark.parametrize(
+    "test_variation_id, pod_kwargs, known_pods, known_modes, expect_result, expect_note",
+    [
+        (
+            "rwx-known-is-skipped-although-other-users-hold-it",
+            {"claims": [SHARE]},
+            [bobs(), bobs("cpu-2", "jupyter-carol", user="carol")],
+            {SHARE: [RWX]},
+            expect("skip"),
+            "claims known to be shared (jupyterhub-dev-share): nothing to co-locate",
+        ),
+        (
+            "rox-known-mounted-read-only-everywhere-is-skipped",
+            {"claims": [SHARE], "read_only": True},
+            [bobs(read_only=True)],
+            {SHARE: [ROX]},
+            expect("skip"),
+            "claims known to be shared (jupyterhub-dev-share): nothing to co-locate",
+        ),
+        (
+            "rox-known-mounted-read-write-by-a-holder-pins",
+            {"claims": [SHARE], "read_only": True},
+            [bobs()],
+            {SHARE: [ROX]},
+            expect("colocate", "cpu-1", holders=["jupyter-bob"]),
+            None,
+        ),
+        (
+            "rwo-known-held-by-another-users-server-pins",
+            {"claims": [SHARE]},
+            [bobs()],
+            {SHARE: [RWO]},
+            expect("colocate", "cpu-1", holders=["jupyter-bob"]),
+            None,
+        ),
+        (
+            "shared-home-known-exclusive-workspace-still-pins",
+            {"claims": [SHARE, HOME]},
+            [bobs(), lab("cpu-2")],
+            {SHARE: [RWX], HOME: [RWO]},
+            expect("colocate", "cpu-2", holders=["jupyter-alice"]),
+            None,
+        ),
+        (
+            "unknown-held-by-other-users-servers-is-taken-as-shared",
+            {"claims": [SHARE]},
+            [bobs(), bobs("cpu-2", "jupyter-carol", user="carol")],
+            {},
+            expect("colocate"),
+            "access modes of claim jupyterhub-dev-share unknown; 2 server(s) of other users "
+            "hold it, so it is taken to be shared: only this user's own servers pin the pod",
+        ),
+        (
+            "unknown-held-by-other-users-and-own-server-pins-to-the-own-node",
+            {"claims": [SHARE]},
+            [bobs(), lab("cpu-2", claims=[SHARE])],
+            {},
+            expect("colocate", "cpu-2", holders=["jupyter-alice"]),
+            "access modes of claim jupyterhub-dev-share unknown; 1 server(s) of other users "
+            "hold it, so it is taken to be shared: only this user's own servers pin the pod",
+        ),
+        (
+            "unknown-held-by-a-job-pod-is-taken-as-exclusive",
+            {},
+            [pod("backup-alice", claims=[HOME], node_name="cpu-2", phase="Running")],
+            {},
+            expect("colocate", "cpu-2", holders=["backup-alice"]),
+            "access modes of claim claim-alice unknown: taken to be exclusive",
+        ),
+    ],
+)
+def test_safe_side_never_pins_on_a_claim_known_or_taken_to_be_shared(
+    test_variation_id, pod_kwargs, known_pods, known_modes, expect_result, expect_note
+):
+    decision = safe_side(
+        new_pod(**pod_kwargs), known_pods, "API timed out", known_modes=known_modes
+    )
+    assert outcome(decision) == expect_result
+    assert decision.verified is False
+    assert decision.notes[0] == "API timed out"
+    if expect_note is not None:
+        assert expect_note in decision.notes
 
 
 @pytest.mark.parametrize(

@@ -69,14 +69,18 @@ async def test_storage_access_mode_is_caseless_and_drives_new_pvcs():
             ["storage_access_mode", "'RWO'", "ReadWriteOnce", "ReadWriteMany"],
         ),
         (
-            "rwx-without-class",
-            {"storage_access_mode": "ReadWriteMany"},
+            "rwx-without-class-on-a-hub-that-creates-claims",
+            {"storage_access_mode": "ReadWriteMany", "storage_pvc_ensure": True},
             ColocationConfigError,
-            ["storage_access_mode", "storage_class", "StorageClass"],
+            ["storage_access_mode", "storage_class", "StorageClass", "storage_pvc_ensure"],
         ),
         (
             "rwx-with-empty-class",
-            {"storage_access_mode": "ReadWriteMany", "storage_class": ""},
+            {
+                "storage_access_mode": "ReadWriteMany",
+                "storage_class": "",
+                "storage_pvc_ensure": True,
+            },
             ColocationConfigError,
             ["storage_class is ''"],
         ),
@@ -152,9 +156,26 @@ async def test_bad_configuration_fails_with_a_message_naming_setting_value_and_c
             None,
         ),
         (
-            "rwx-without-class",
-            {"ColocatingKubeSpawner": {"storage_access_mode": "ReadWriteMany"}},
+            "rwx-without-class-creating-claims",
+            {
+                "KubeSpawner": {"storage_pvc_ensure": True},
+                "ColocatingKubeSpawner": {"storage_access_mode": "ReadWriteMany"},
+            },
             "storage_class",
+        ),
+        (
+            # Nebari: storage.type static, one shared claim made by Nebari, none by the hub
+            "rwx-without-class-on-claims-made-by-others",
+            {
+                "KubeSpawner": {"storage_pvc_ensure": False},
+                "ColocatingKubeSpawner": {"storage_access_mode": "ReadWriteMany"},
+            },
+            None,
+        ),
+        (
+            "rwx-without-class-and-kubespawners-default-of-creating-none",
+            {"ColocatingKubeSpawner": {"storage_access_mode": "ReadWriteMany"}},
+            None,
         ),
         (
             "subclass-section-wins",
@@ -235,8 +256,40 @@ def test_helm_configure_sets_config_and_fails_at_hub_start_on_conflict():
     assert c.ColocatingKubeSpawner.storage_class == "nfs"
 
     values = {"custom": {"storage-access-mode": "ReadWriteMany", "storage-class": ""}}
+    dynamic = Config()
+    dynamic.KubeSpawner.storage_pvc_ensure = True  # zero-to-jupyterhub's storage type dynamic
     with pytest.raises(ColocationConfigError, match="storage_class"):
-        configure(Config(), get_config=lambda key, default=None: values.get(key, default))
+        configure(dynamic, get_config=lambda key, default=None: values.get(key, default))
+
+
+@pytest.mark.parametrize(
+    "test_variation_id, storage_pvc_ensure, storage_class, expect_error",
+    [
+        ("nebari-static-storage-no-class", False, None, False),
+        ("nebari-static-storage-empty-class", False, "", False),
+        ("dynamic-storage-no-class", True, None, True),
+        ("dynamic-storage-with-class", True, "nfs", False),
+    ],
+)
+async def test_rwx_needs_a_storage_class_only_when_the_hub_creates_claims(
+    test_variation_id, storage_pvc_ensure, storage_class, expect_error
+):
+    traits = {"storage_access_mode": "ReadWriteMany", "storage_pvc_ensure": storage_pvc_ensure}
+    if storage_class is not None:
+        traits["storage_class"] = storage_class
+    if expect_error:
+        with pytest.raises(ColocationConfigError, match="storage_class"):
+            make(**traits)
+    else:
+        assert make(**traits).storage_access_mode == "ReadWriteMany"
+    c = Config()
+    c.KubeSpawner.storage_pvc_ensure = storage_pvc_ensure
+    values = {"custom": {"storage-access-mode": "ReadWriteMany", "storage-class": storage_class}}
+    if expect_error:
+        with pytest.raises(ColocationConfigError, match="storage_class"):
+            configure(c, get_config=lambda key, default=None: values.get(key, default))
+    else:
+        configure(c, get_config=lambda key, default=None: values.get(key, default))
 
 
 def test_helm_configure_writes_the_values_into_the_section_it_is_given():
