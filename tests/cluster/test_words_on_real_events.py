@@ -28,6 +28,7 @@ from .test_real_attach import home_pv
 MISSING_CLASS = "no-such-class"
 ATTACH_FAILED = "FailedAttachVolume"
 STORAGE_WORDS = "the storage it asks for is not available"
+WAITING_WORDS = "Waiting for the storage volume of this server to be provided"
 
 
 async def _events_of(kube, kind: str, name: str) -> list:
@@ -76,7 +77,7 @@ async def test_a_home_of_a_storage_class_that_does_not_exist_is_told_as_storage_
     await kube.create_node("node-b", cpu="4")
     # KubeSpawner creates claim-alice with this class; no such StorageClass exists.
     lab = spawners.make(
-        "alice", storage_class=MISSING_CLASS, unschedulable_grace_seconds=3, start_timeout=120
+        "alice", storage_class=MISSING_CLASS, unschedulable_grace_seconds=10, start_timeout=120
     )
     started = time.perf_counter()
     error, yielded = await _start_and_follow(spawners, lab)
@@ -92,7 +93,11 @@ async def test_a_home_of_a_storage_class_that_does_not_exist_is_told_as_storage_
     assert "an administrator must fix the storage" in text
     assert "smaller profile" not in text.lower()
     for event in yielded:
-        assert "smaller profile" not in json.dumps(event).lower(), event
+        shown = json.dumps(event).lower()
+        assert "smaller profile" not in shown, event
+        # While it waited, it waited for storage, not for a node.
+        assert "waiting for a node" not in shown, event
+    assert any(e.get("message") == WAITING_WORDS for e in yielded), yielded
     # The spawn page got the same words.
     told = [e for e in yielded if STORAGE_WORDS in (e.get("message") or "")]
     assert told, yielded
@@ -112,7 +117,7 @@ async def test_a_home_of_a_storage_class_that_does_not_exist_is_told_as_storage_
     # KubeSpawner's event reflector never saw the claim's event.
     seen_kinds = {e["involvedObject"]["kind"] for e in lab.event_reflector.events}
     assert seen_kinds == {"Pod"}
-    print(f"\nmissing class: refused {elapsed:.1f} s after the spawn request (grace 3 s)")
+    print(f"\nmissing class: refused {elapsed:.1f} s after the spawn request (grace 10 s)")
     print(f"real FailedScheduling: {scheduler_texts}")
     print(f"real ProvisioningFailed: {claim_texts}")
     print(f"words: {text}")

@@ -786,3 +786,19 @@ def test_a_claim_no_one_provides_says_the_storage_is_not_available(test_variatio
     assert "an administrator must fix the storage" in text
     assert "smaller profile" not in text
     assert "choose a profile" not in text.lower()
+
+
+def test_a_claim_no_one_provides_yet_is_waited_for_as_storage_not_as_a_node():
+    # Within the grace: a new volume may take a minute to be provided; no node is missing.
+    event = {
+        "reason": "FailedScheduling",
+        "type": "Warning",
+        "message": UNBOUND_CLAIM,
+        "firstTimestamp": "2026-01-01T00:00:00Z",
+        "lastTimestamp": "2026-01-01T00:00:10Z",
+    }
+    verdict = events.classify([event], pinned_node=None, now=datetime(2026, 1, 1, 0, 0, 10))
+    assert verdict.code == events.NO_NODE_YET
+    assert messages.event_text(verdict) == (
+        "Waiting for the storage volume of this server to be provided"
+    )
