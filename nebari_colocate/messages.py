@@ -669,6 +669,9 @@ def _unschedulable_text(verdict: events.EventVerdict) -> str:
 
 
 def _no_node_yet_text(verdict: events.EventVerdict) -> str:
+    if _storage_unavailable(verdict):
+        # Not a node the scheduler waits for: the claim's volume (a new one may take a minute).
+        return "Waiting for the storage volume of this server to be provided"
     summary = _scheduler_summary(verdict.fragments)
     return "Waiting for a node that can run this server" + (f" ({summary})" if summary else "")
 

@@ -826,15 +826,25 @@ UNBOUND_CLAIM = (
 )
 
 
+# kube-scheduler v1.37.2's own text for a home claim whose StorageClass does not exist
+# (tests/cluster/test_words_on_real_events.py), no preemption part.
+UNBOUND_CLAIM_V1_37 = (
+    "0/2 nodes are available: pod has unbound immediate PersistentVolumeClaims. not found"
+)
+
+
+@pytest.mark.parametrize("message", [UNBOUND_CLAIM, UNBOUND_CLAIM_V1_37])
 @pytest.mark.parametrize(
     "test_variation_id, pinned_node",
     [("not-pinned", None), ("pinned-to-the-home-node", "node-a")],
 )
-def test_a_claim_no_one_provides_says_the_storage_is_not_available(test_variation_id, pinned_node):
+def test_a_claim_no_one_provides_says_the_storage_is_not_available(
+    test_variation_id, pinned_node, message
+):
     event = {
         "reason": "FailedScheduling",
         "type": "Warning",
-        "message": UNBOUND_CLAIM,
+        "message": message,
         "firstTimestamp": "2026-01-01T00:00:00Z",
         "lastTimestamp": "2026-01-01T00:01:01Z",
     }
@@ -845,3 +855,20 @@ def test_a_claim_no_one_provides_says_the_storage_is_not_available(test_variatio
     assert "an administrator must fix the storage" in text
     assert "smaller profile" not in text
     assert "choose a profile" not in text.lower()
+
+
+@pytest.mark.parametrize("message", [UNBOUND_CLAIM, UNBOUND_CLAIM_V1_37])
+def test_a_claim_no_one_provides_yet_is_waited_for_as_storage_not_as_a_node(message):
+    # Within the grace: a new volume may take a minute to be provided; no node is missing.
+    event = {
+        "reason": "FailedScheduling",
+        "type": "Warning",
+        "message": message,
+        "firstTimestamp": "2026-01-01T00:00:00Z",
+        "lastTimestamp": "2026-01-01T00:00:10Z",
+    }
+    verdict = events.classify([event], pinned_node=None, now=datetime(2026, 1, 1, 0, 0, 10))
+    assert verdict.code == events.NO_NODE_YET
+    assert messages.event_text(verdict) == (
+        "Waiting for the storage volume of this server to be provided"
+    )
