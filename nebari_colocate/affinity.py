@@ -37,16 +37,25 @@ def node_pin(node_name: str) -> JsonDict:
     return {"key": "metadata.name", "operator": "In", "values": [node_name]}
 
 
+def _field(obj: object, camel: str, snake: str) -> object:
+    """A field by its API name, or by the Python client's name: KubeSpawner's
+    ``pod_affinity_required`` takes either (``topologyKey`` / ``topology_key``)."""
+    if not isinstance(obj, Mapping):
+        return None
+    return obj[camel] if camel in obj else obj.get(snake)
+
+
 def selects_on(term: object, label_key: str) -> bool:
     """Does a pod-affinity term's labelSelector select on ``label_key``?"""
-    selector = term.get("labelSelector") if isinstance(term, Mapping) else None
+    selector = _field(term, "labelSelector", "label_selector")
     if not isinstance(selector, Mapping):
         return False
-    if label_key in (selector.get("matchLabels") or {}):
+    labels = _field(selector, "matchLabels", "match_labels")
+    if isinstance(labels, Mapping) and label_key in labels:
         return True
-    return any(
-        isinstance(e, Mapping) and e.get("key") == label_key
-        for e in selector.get("matchExpressions") or []
+    expressions = _field(selector, "matchExpressions", "match_expressions")
+    return isinstance(expressions, list) and any(
+        isinstance(e, Mapping) and e.get("key") == label_key for e in expressions
     )
 
 
@@ -54,7 +63,7 @@ def colocation_keys(term: object, label_key: str) -> list[str]:
     """The user label keys a required pod-affinity term keeps a user's pods together on, one
     node each (topology ``kubernetes.io/hostname``): ``label_key``, ``nebari.dev/colocate-user``,
     ``hub.jupyter.org/username``.  Empty for any other term."""
-    if not isinstance(term, Mapping) or term.get("topologyKey") != HOSTNAME:
+    if _field(term, "topologyKey", "topology_key") != HOSTNAME:
         return []
     keys = dict.fromkeys((label_key, DEFAULT_LABEL_KEY, USERNAME_LABEL))
     return [key for key in keys if selects_on(term, key)]
@@ -66,10 +75,19 @@ def is_colocation_term(term: object, label_key: str) -> bool:
     return bool(colocation_keys(term, label_key))
 
 
+def user_term_keys(term: object, label_key: str) -> list[str]:
+    """The label keys of a term that ours replaces: a co-location term
+    (:func:`colocation_keys`), or one selecting on ``label_key`` whatever its topology.
+    Empty for any other term."""
+    keys = colocation_keys(term, label_key)
+    if not keys and selects_on(term, label_key):
+        keys = [label_key]
+    return keys
+
+
 def is_user_colocation_term(term: object, label_key: str) -> bool:
-    """A term of the manifest that ours replaces: one selecting on ``label_key`` (any topology),
-    or a co-location term (:func:`is_colocation_term`)."""
-    return selects_on(term, label_key) or is_colocation_term(term, label_key)
+    """A term that ours replaces, in a manifest or a hub config: see :func:`user_term_keys`."""
+    return bool(user_term_keys(term, label_key))
 
 
 def user_colocation_keys(pod: Obj, label_key: str, label_value: str) -> list[str]:
@@ -83,8 +101,8 @@ def user_colocation_keys(pod: Obj, label_key: str, label_value: str) -> list[str
     ours = colocation_term(label_key, label_value)
     keys: dict[str, None] = {}
     for term in pod_affinity.get("requiredDuringSchedulingIgnoredDuringExecution") or []:
-        if term != ours and is_user_colocation_term(term, label_key):
-            keys.update(dict.fromkeys(colocation_keys(term, label_key) or [label_key]))
+        if term != ours:
+            keys.update(dict.fromkeys(user_term_keys(term, label_key)))
     return list(keys)
 
 

@@ -289,4 +289,6 @@ def test_skip_under_another_label_key_drops_the_default_keys_colocation_term():
 def test_the_user_colocation_terms_apply_decision_takes_out_are_named_by_label_key(
     test_variation_id, terms, expect_keys
 ):
-    assert user_colocation_keys(pod("new", affinity=pod_affinity(*terms)), KEY, VALUE) == expect_keys
+    assert (
+        user_colocation_keys(pod("new", affinity=pod_affinity(*terms)), KEY, VALUE) == expect_keys
+    )
