@@ -53,7 +53,13 @@ from traitlets.log import get_logger
 
 from . import messages
 from .affinity import drop_pod_affinity_terms, is_user_colocation_term, user_term_keys
-from .config import ACCESS_MODES, DEFAULT_LABEL_KEY, caseless_choice, check_config
+from .config import (
+    ACCESS_MODES,
+    DEFAULT_LABEL_KEY,
+    caseless_choice,
+    check_config,
+    computed_value,
+)
 from .objects import JsonDict, Obj
 
 #: templates for jhub-apps' pages (not_running.html, home.html), ahead of jhub-apps' own
@@ -128,10 +134,13 @@ def configure(
 
 
 def _configured(c: Config, trait: str, default: Any) -> Any:
-    for section in ("ColocatingKubeSpawner", "KubeSpawner", "Spawner"):
+    """``trait`` as a ColocatingKubeSpawner would read it: later sections win, a lazy value
+    (``.append``) applies to the value before it."""
+    value = default
+    for section in ("Spawner", "KubeSpawner", "ColocatingKubeSpawner"):
         if section in c and trait in c[section]:
-            return c[section][trait]
-    return default
+            value = computed_value(c[section][trait], value)
+    return value
 
 
 def helm_settings(

@@ -9,10 +9,12 @@ the chosen profile.
 from __future__ import annotations
 
 import logging
+import re
 import textwrap
 
 import pytest
 from kubespawner import KubeSpawner
+from traitlets import TraitError
 from traitlets.config import Config
 from traitlets.config.loader import PyFileConfigLoader
 
@@ -319,3 +321,46 @@ async def test_the_jhub_apps_subclass_section_is_cleaned(tmp_path):
     c.JHubSpawner.pod_affinity_required.append(BY_USERNAME)
     configure(c, get_config=get_config)
     assert (await spawner_of(c)).pod_affinity_required == []
+
+
+@pytest.mark.parametrize(
+    "test_variation_id, hub_config, expect_error",
+    [
+        (
+            "an-appended-premium-resource-is-valid",
+            'c.KubeSpawner.premium_resources.append("x.io/tpu")',
+            None,
+        ),
+        (
+            "an-appended-bad-premium-resource-is-named",
+            'c.KubeSpawner.premium_resources.append("bad key")',
+            "'bad key'",
+        ),
+        (
+            "an-appended-mode-that-agrees-is-valid",
+            'c.KubeSpawner.storage_access_modes.append("ReadWriteOnce")',
+            None,
+        ),
+        (
+            "an-appended-mode-that-disagrees-is-named",
+            'c.KubeSpawner.storage_access_modes.append("ReadWriteMany")',
+            "storage_access_modes is ['ReadWriteOnce', 'ReadWriteMany']",
+        ),
+        (
+            "a-setting-only-read-is-no-setting",
+            "print(c.KubeSpawner.storage_class, c.KubeSpawner.storage_access_mode)",
+            None,
+        ),
+    ],
+)
+def test_configure_validates_lazy_settings_as_the_spawner_would_read_them(
+    tmp_path, test_variation_id, hub_config, expect_error
+):
+    c = load_hub_config(tmp_path, hub_config)
+    before = repr(c.KubeSpawner)
+    if expect_error is None:
+        configure(c, get_config=lambda key, default=None: default)
+    else:
+        with pytest.raises((TraitError, ValueError), match=re.escape(expect_error)):
+            configure(c, get_config=lambda key, default=None: default)
+    assert repr(c.KubeSpawner) == before  # validating computed copies: the lazy values are intact
