@@ -211,6 +211,15 @@ def profile(override):
     return {"display_name": "GPU", "slug": "gpu", "kubespawner_override": override}
 """
 
+#: the label key of each idiom's hand-written term
+TERM_KEYS = {
+    "lazy-append": "hub.jupyter.org/username",
+    "lazy-update": "nebari.dev/colocate-user",
+    "parent-section": "hub.jupyter.org/username",
+    "profile-override": "nebari.dev/colocate-user",
+    "async-profile-list": "hub.jupyter.org/username",
+    "pre-spawn-hook": "hub.jupyter.org/username",
+}
 IDIOMS = {
     "lazy-append": "c.KubeSpawner.pod_affinity_required.append(BY_USERNAME)",
     "lazy-update": 'c.KubeSpawner.extra_pod_config.update({"affinity": affinity(BY_OUR_KEY)})',
@@ -248,17 +257,21 @@ async def test_a_readwritemany_home_gets_no_hand_written_colocation_in_any_confi
     await kube.create_node("node-a")
     await kube.create_bound_claim("claim-alice", access_modes=("ReadWriteMany",))
     c = hub_config(tmp_path, idiom)
-    if configured:
-        configure(c, get_config=lambda key, default=None: default)
-    lab = spawners.make("alice", config=c)
-    if "profile_list" in c.KubeSpawner:
-        lab.user_options = {"profile": "gpu"}
-    await maybe_future(lab.run_pre_spawn_hook())  # JupyterHub runs it before start()
     with caplog.at_level(logging.INFO):
+        if configured:
+            configure(c, get_config=lambda key, default=None: default)
+        lab = spawners.make("alice", config=c)
+        if "profile_list" in c.KubeSpawner:
+            lab.user_options = {"profile": "gpu"}
+        await maybe_future(lab.run_pre_spawn_hook())  # JupyterHub runs it before start()
         await spawners.start(lab)
     pod = await pod_of(kube, lab)
     assert lab._colocation_decision.verdict == "skip"
     assert not (pod["spec"].get("affinity") or {}).get("podAffinity"), pod["spec"]["affinity"]
     logged = " ".join(r.getMessage() for r in caplog.records)
-    if not configured or idiom == "pre-spawn-hook":
-        assert "co-location pod affinity (term on" in logged and lab.pod_name in logged
+    if configured and idiom != "pre-spawn-hook":
+        # the hub log at start names the place (section, trait, profile) and the label key
+        assert "removed hand-written co-location pod affinity from c." in logged, logged
+    else:
+        said = f"co-location pod affinity (term on {TERM_KEYS[idiom]}) from pod {lab.pod_name}"
+        assert said in logged, logged
