@@ -9,8 +9,10 @@ selection instead of narrowing it.  Preferred affinities and everything else are
 A required pod-affinity term that already selects on our label key (a hand-written co-location
 rule, such as data-science-pack's ``extra_pod_config`` one with the ``{username}`` escape-slug
 value) is replaced by ours, never ANDed with it: its value may differ from ours for the same user,
-and two terms that cannot both match make every first pod of that user unschedulable.  With no
-co-location needed (``skip``) such a term is dropped.
+and two terms that cannot both match make every first pod of that user unschedulable.  So is any
+other user co-location term (:func:`is_colocation_term`: on ``hub.jupyter.org/username`` or
+``nebari.dev/colocate-user``, topology ``kubernetes.io/hostname``).  With no co-location needed
+(``skip``) such terms are dropped: a ReadWriteMany home must not keep a user's servers together.
 """
 
 from __future__ import annotations
@@ -18,7 +20,8 @@ from __future__ import annotations
 import copy
 from collections.abc import Callable, Mapping
 
-from .objects import HOSTNAME, JsonDict, Obj
+from .config import DEFAULT_LABEL_KEY
+from .objects import HOSTNAME, USERNAME_LABEL, JsonDict, Obj
 from .placement import COLOCATE, SKIP, Decision
 
 
@@ -34,17 +37,73 @@ def node_pin(node_name: str) -> JsonDict:
     return {"key": "metadata.name", "operator": "In", "values": [node_name]}
 
 
+def _field(obj: object, camel: str, snake: str) -> object:
+    """A field by its API name, or by the Python client's name: KubeSpawner's
+    ``pod_affinity_required`` takes either (``topologyKey`` / ``topology_key``)."""
+    if not isinstance(obj, Mapping):
+        return None
+    return obj[camel] if camel in obj else obj.get(snake)
+
+
 def selects_on(term: object, label_key: str) -> bool:
     """Does a pod-affinity term's labelSelector select on ``label_key``?"""
-    selector = term.get("labelSelector") if isinstance(term, Mapping) else None
+    selector = _field(term, "labelSelector", "label_selector")
     if not isinstance(selector, Mapping):
         return False
-    if label_key in (selector.get("matchLabels") or {}):
+    labels = _field(selector, "matchLabels", "match_labels")
+    if isinstance(labels, Mapping) and label_key in labels:
         return True
-    return any(
-        isinstance(e, Mapping) and e.get("key") == label_key
-        for e in selector.get("matchExpressions") or []
+    expressions = _field(selector, "matchExpressions", "match_expressions")
+    return isinstance(expressions, list) and any(
+        isinstance(e, Mapping) and e.get("key") == label_key for e in expressions
     )
+
+
+def colocation_keys(term: object, label_key: str) -> list[str]:
+    """The user label keys a required pod-affinity term keeps a user's pods together on, one
+    node each (topology ``kubernetes.io/hostname``): ``label_key``, ``nebari.dev/colocate-user``,
+    ``hub.jupyter.org/username``.  Empty for any other term."""
+    if _field(term, "topologyKey", "topology_key") != HOSTNAME:
+        return []
+    keys = dict.fromkeys((label_key, DEFAULT_LABEL_KEY, USERNAME_LABEL))
+    return [key for key in keys if selects_on(term, key)]
+
+
+def is_colocation_term(term: object, label_key: str) -> bool:
+    """A required pod-affinity term that keeps a user's pods on one node (a hand-written
+    co-location rule): see :func:`colocation_keys`."""
+    return bool(colocation_keys(term, label_key))
+
+
+def user_term_keys(term: object, label_key: str) -> list[str]:
+    """The label keys of a term that ours replaces: a co-location term
+    (:func:`colocation_keys`), or one selecting on ``label_key`` whatever its topology.
+    Empty for any other term."""
+    keys = colocation_keys(term, label_key)
+    if not keys and selects_on(term, label_key):
+        keys = [label_key]
+    return keys
+
+
+def is_user_colocation_term(term: object, label_key: str) -> bool:
+    """A term that ours replaces, in a manifest or a hub config: see :func:`user_term_keys`."""
+    return bool(user_term_keys(term, label_key))
+
+
+def user_colocation_keys(pod: Obj, label_key: str, label_value: str) -> list[str]:
+    """The label keys of the user co-location terms in ``pod``'s required pod affinity that
+    :func:`apply_decision` takes out (our own term aside), for the hub log."""
+    spec = pod.get("spec") if isinstance(pod, Mapping) else None
+    affinity = spec.get("affinity") if isinstance(spec, Mapping) else None
+    pod_affinity = affinity.get("podAffinity") if isinstance(affinity, Mapping) else None
+    if not isinstance(pod_affinity, Mapping):
+        return []
+    ours = colocation_term(label_key, label_value)
+    keys: dict[str, None] = {}
+    for term in pod_affinity.get("requiredDuringSchedulingIgnoredDuringExecution") or []:
+        if term != ours:
+            keys.update(dict.fromkeys(user_term_keys(term, label_key)))
+    return list(keys)
 
 
 def drop_pod_affinity_terms(affinity: JsonDict, drop: Callable[[object], bool]) -> bool:
@@ -84,7 +143,7 @@ def apply_decision(pod: Obj, decision: Decision, label_key: str, label_value: st
     spec = manifest.setdefault("spec", {})
     if isinstance(spec.get("affinity"), Mapping):
         spec["affinity"] = dict(spec["affinity"])
-        drop_pod_affinity_terms(spec["affinity"], lambda t: selects_on(t, label_key))
+        drop_pod_affinity_terms(spec["affinity"], lambda t: is_user_colocation_term(t, label_key))
         if not spec["affinity"]:
             del spec["affinity"]
     if decision.verdict != COLOCATE:

@@ -8,11 +8,14 @@ allowed, and :func:`check_config` runs them all on a hub's config at hub start.
 
 from __future__ import annotations
 
+import copy
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from traitlets import TraitError
+from traitlets.config import Config
+from traitlets.config.loader import LazyConfigValue
 
 from .objects import GPU_RESOURCES, RWO, RWX
 
@@ -135,6 +138,14 @@ def _choice(name: str, value: object, choices: Sequence[str]) -> str:
     return choice
 
 
+def computed_value(value: Any, default: Any) -> Any:
+    """A config value as a spawner would get it: a LazyConfigValue (``c.X.y.append(...)``, or
+    a ``c.X.y`` only read) applied to the trait's default."""
+    if isinstance(value, LazyConfigValue):
+        return copy.deepcopy(value).get_value(default)
+    return value
+
+
 def check_config(
     config: Mapping[str, Any],
     class_names: Sequence[str] = ("Spawner", "KubeSpawner", "ColocatingKubeSpawner"),
@@ -145,13 +156,24 @@ def check_config(
     raises TraitError / ColocationConfigError naming the setting, the value and what is allowed.
     Call it at the end of the hub config (``nebari_colocate.helm.configure`` does).
     """
-    merged: dict[str, Any] = {}
+    sections = Config()
     for section in class_names:
         if section in config:
-            merged.update(dict(config[section].items()))
+            # traitlets' own merge (a later section's ``.append`` adds to an earlier value), on a
+            # copy: merging and computing a LazyConfigValue changes it
+            sections.merge(copy.deepcopy(config[section]))
     mode = _choice(
-        "storage_access_mode", merged.get("storage_access_mode", DEFAULT_ACCESS_MODE), ACCESS_MODES
+        "storage_access_mode",
+        computed_value(
+            sections.get("storage_access_mode", DEFAULT_ACCESS_MODE), DEFAULT_ACCESS_MODE
+        ),
+        ACCESS_MODES,
     )
+    defaults = {
+        "premium_resources": list(DEFAULT_PREMIUM_RESOURCES),
+        "storage_access_modes": [mode],  # the spawner's default follows the mode
+    }
+    merged = {key: computed_value(value, defaults.get(key)) for key, value in sections.items()}
     _choice(
         "premium_node_policy",
         merged.get("premium_node_policy", DEFAULT_PREMIUM_NODE_POLICY),

@@ -15,7 +15,11 @@ turns the deployment over without a fork of its config files
   KubeSpawner is built again, by jhub-apps' own ``subclass_spawner``, on ColocatingKubeSpawner;
 - a hand-written required pod affinity that keeps a user's pods together (on the co-location
   label key, or on ``hub.jupyter.org/username``) is taken out of ``extra_pod_config`` and
-  ``pod_affinity_required``: the spawner emits its own, only when a volume needs it;
+  ``pod_affinity_required`` wherever the hub config writes them: ``c.Spawner``,
+  ``c.KubeSpawner`` and the spawner class's own sections, plain or ``.append`` / ``.update``
+  (traitlets' lazy values), and every profile's ``kubespawner_override`` (a callable
+  ``profile_list``, sync or async, is wrapped so that what it returns is cleaned); the hub log
+  says where each term was: the spawner emits its own, only when a volume needs it;
 - a hard-coded ``storage_access_modes`` is made to follow ``storage_access_mode`` (a single mode
   written there and no ``custom.storage-access-mode`` becomes the mode);
 - with jhub-apps, the templates this package ships for jhub-apps' pages go first in
@@ -37,18 +41,26 @@ Keys (all optional)::
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Callable, Mapping
+import functools
+import inspect
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 from traitlets.config import Config
+from traitlets.config.loader import LazyConfigValue
+from traitlets.log import get_logger
 
-from .affinity import drop_pod_affinity_terms, selects_on
-from .config import ACCESS_MODES, DEFAULT_LABEL_KEY, caseless_choice, check_config
-from .objects import HOSTNAME, USERNAME_LABEL, JsonDict, Obj
-
-log = logging.getLogger("nebari_colocate")
+from . import messages
+from .affinity import drop_pod_affinity_terms, is_user_colocation_term, user_term_keys
+from .config import (
+    ACCESS_MODES,
+    DEFAULT_LABEL_KEY,
+    caseless_choice,
+    check_config,
+    computed_value,
+)
+from .objects import JsonDict, Obj
 
 #: templates for jhub-apps' pages (not_running.html, home.html), ahead of jhub-apps' own
 JHUB_APPS_TEMPLATES = Path(__file__).resolve().parent / "templates" / "jhub_apps"
@@ -115,19 +127,20 @@ def configure(
     label_key = settings.get("colocation_label_key") or _configured(
         c, "colocation_label_key", DEFAULT_LABEL_KEY
     )
-    switch_spawner_class(c)
-    removed = remove_colocation_affinity(c, label_key)
-    if removed:
-        log.info("nebari-colocate: removed hand-written co-location affinity: %s", removed)
+    spawner_class = switch_spawner_class(c)
+    remove_colocation_affinity(c, label_key, (*_section_names(spawner_class), section))
     install_templates(c)
     return settings
 
 
 def _configured(c: Config, trait: str, default: Any) -> Any:
-    for section in ("ColocatingKubeSpawner", "KubeSpawner", "Spawner"):
+    """``trait`` as a ColocatingKubeSpawner would read it: later sections win, a lazy value
+    (``.append``) applies to the value before it."""
+    value = default
+    for section in ("Spawner", "KubeSpawner", "ColocatingKubeSpawner"):
         if section in c and trait in c[section]:
-            return c[section][trait]
-    return default
+            value = computed_value(c[section][trait], value)
+    return value
 
 
 def helm_settings(
@@ -196,6 +209,13 @@ def switch_spawner_class(c: Config) -> type:
     return switched
 
 
+def _section_names(cls: type) -> list[str]:
+    """The config sections traitlets applies to a spawner of ``cls`` (its Configurable
+    bases, e.g. jhub-apps' subclass's own)."""
+    names = getattr(cls, "section_names", None)
+    return list(names()) if callable(names) else [cls.__name__]
+
+
 def _spawner_from_name(name: str) -> type | None:
     if name in ("kubespawner", "kubernetes", "kubespawner.KubeSpawner"):
         from kubespawner import KubeSpawner
@@ -218,42 +238,219 @@ def _is_jhub_apps_class(cls: object) -> bool:
     return isinstance(cls, type) and cls.__module__.startswith("jhub_apps")
 
 
-def is_colocation_term(term: object, label_key: str) -> bool:
-    """A required pod-affinity term that keeps a user's pods on one node: topology
-    ``kubernetes.io/hostname``, selecting on ``label_key`` or ``hub.jupyter.org/username``."""
-    if not isinstance(term, Mapping) or term.get("topologyKey") != HOSTNAME:
-        return False
-    return selects_on(term, label_key) or selects_on(term, USERNAME_LABEL)
+#: KubeSpawner traits a hub config writes co-location pod affinity into
+AFFINITY_TRAITS = ("pod_affinity_required", "extra_pod_config")
+#: the mark of a callable whose results are cleaned (so configure(c) twice wraps it once)
+_CLEANS = "__nebari_colocate_cleans__"
+
+#: (where, label key): a hand-written co-location term taken out, for the hub log
+Removal = tuple[str, str]
 
 
-def remove_colocation_affinity(c: Config, label_key: str) -> list[str]:
-    """Take hand-written co-location terms out of ``extra_pod_config`` and
-    ``pod_affinity_required`` in every KubeSpawner section; returns where they were."""
-    removed = []
-    for section in ("KubeSpawner", "ColocatingKubeSpawner"):
-        if section not in c:
+def remove_colocation_affinity(
+    c: Config, label_key: str, sections: Iterable[str] = ()
+) -> list[Removal]:
+    """Take hand-written co-location terms (:func:`~nebari_colocate.affinity.user_term_keys`)
+    out of ``pod_affinity_required``, ``extra_pod_config`` and every profile's
+    ``kubespawner_override`` (and its ``profile_options`` choices), in ``c.Spawner``,
+    ``c.KubeSpawner``, ``c.ColocatingKubeSpawner`` and ``sections`` (the spawner class's own
+    sections, as traitlets applies them all); returns where they were and on which label key,
+    and says so in the hub log.
+
+    Every idiom a hub config uses is read: plain values; ``.append`` / ``.extend`` /
+    ``.prepend`` / ``.insert`` / ``.update`` (traitlets' LazyConfigValue: cleaned in place, so it
+    still adds to the trait's default and the parent section's value as traitlets merges them);
+    and callables (a ``profile_list`` function, sync or async, or a callable override value):
+    wrapped, so what they return is cleaned each time they are called.
+    """
+    cleaner = _Cleaner(label_key)
+    names = dict.fromkeys(("Spawner", "KubeSpawner", "ColocatingKubeSpawner", *sections))
+    for section in names:
+        if section not in c or not isinstance(c[section], Config):
             continue
         config = c[section]
-        if "pod_affinity_required" in config:
-            terms = list(config.pod_affinity_required or [])
-            kept = [t for t in terms if not is_colocation_term(t, label_key)]
-            if len(kept) != len(terms):
-                config.pod_affinity_required = kept
-                removed.append(f"c.{section}.pod_affinity_required")
-        if "extra_pod_config" in config and isinstance(config.extra_pod_config, Mapping):
-            extra = dict(config.extra_pod_config)
-            if not isinstance(extra.get("affinity"), Mapping):
-                continue
-            affinity = dict(extra["affinity"])
-            if not drop_pod_affinity_terms(affinity, lambda t: is_colocation_term(t, label_key)):
-                continue
-            if affinity:
-                extra["affinity"] = affinity
-            else:
-                del extra["affinity"]
-            config.extra_pod_config = extra
-            removed.append(f"c.{section}.extra_pod_config")
+        for trait in (*AFFINITY_TRAITS, "profile_list"):
+            if trait in config:
+                config[trait] = cleaner.value(trait, config[trait], f"c.{section}.{trait}")
+    removed = list(dict.fromkeys(cleaner.removed))
+    logger = get_logger()
+    if removed:
+        logger.info(messages.removed_affinity_line(removed))
+    if cleaner.wrapped:
+        logger.info(messages.cleaned_when_called_line(cleaner.wrapped))
     return removed
+
+
+class _Cleaner:
+    """Cleans hub config values of co-location terms, noting what it took out."""
+
+    def __init__(self, label_key: str) -> None:
+        self.label_key = label_key
+        self.removed: list[Removal] = []
+        #: callables wrapped (newly) to clean what they return
+        self.wrapped: list[str] = []
+
+    def value(self, trait: str, value: Any, where: str) -> Any:
+        """``value`` of ``trait`` (an affinity trait, ``profile_list``), cleaned."""
+        if isinstance(value, LazyConfigValue):
+            return self.lazy(trait, value, where)
+        if callable(value):
+            return self.wrap(trait, value, where)
+        if trait == "pod_affinity_required" and isinstance(value, (list, tuple)):
+            return self.terms(value, where)
+        if trait == "extra_pod_config" and isinstance(value, Mapping):
+            return self.pod_config(value, where)
+        if trait == "profile_list" and isinstance(value, (list, tuple, Mapping)):
+            return self.profiles(value, where)
+        return value
+
+    def terms(self, terms: Iterable[Any], where: str) -> list[Any]:
+        kept = []
+        for term in terms:
+            keys = user_term_keys(term, self.label_key)
+            self.removed.extend((where, key) for key in keys)
+            if not keys:
+                kept.append(term)
+        return kept
+
+    def pod_config(self, extra: Mapping[str, Any], where: str) -> Mapping[str, Any]:
+        affinity = extra.get("affinity")
+        pod_affinity = affinity.get("podAffinity") if isinstance(affinity, Mapping) else None
+        if not isinstance(affinity, Mapping) or not isinstance(pod_affinity, Mapping):
+            return extra
+        required = pod_affinity.get("requiredDuringSchedulingIgnoredDuringExecution") or []
+        self.terms(required, where)
+        cleaned = dict(affinity)
+        if not drop_pod_affinity_terms(
+            cleaned, lambda t: is_user_colocation_term(t, self.label_key)
+        ):
+            return extra
+        extra = dict(extra)
+        if cleaned:
+            extra["affinity"] = cleaned
+        else:
+            del extra["affinity"]
+        return extra
+
+    def lazy(self, trait: str, value: LazyConfigValue, where: str) -> LazyConfigValue:
+        """Clean a LazyConfigValue's pending operations in place (traitlets applies them to the
+        trait's value when a spawner is configured: computing it now would drop what the parent
+        section adds)."""
+        if trait == "extra_pod_config":
+            if isinstance(value._update, Mapping):
+                value._update = dict(self.pod_config(value._update, where))
+        elif trait == "pod_affinity_required":
+            value._extend = self.terms(value._extend, where)
+            value._prepend = self.terms(value._prepend, where)
+            value._inserts = [(i, t) for i, t in value._inserts if self.terms([t], where)]
+        elif trait == "profile_list":
+            value._extend = list(self.profiles(value._extend, where))
+            value._prepend = list(self.profiles(value._prepend, where))
+            value._inserts = [(i, self.profile(p, f"{where}[{i}]")) for i, p in value._inserts]
+            if isinstance(value._update, Mapping):
+                value._update = dict(self.profiles(value._update, where))
+        if value._value is not None:  # already computed by someone: clean that too
+            value._value = self.value(trait, value._value, where)
+        return value
+
+    def profiles(self, profiles: Any, where: str) -> Any:
+        if isinstance(profiles, Mapping):
+            return {k: self.profile(p, f"{where}[{k}]") for k, p in profiles.items()}
+        return [self.profile(p, f"{where}[{_profile_name(p, i)}]") for i, p in enumerate(profiles)]
+
+    def profile(self, profile: Any, where: str) -> Any:
+        if not isinstance(profile, Mapping):
+            return profile
+        cleaned = dict(profile)
+        if isinstance(profile.get("kubespawner_override"), Mapping):
+            cleaned["kubespawner_override"] = self.override(
+                profile["kubespawner_override"], f"{where}.kubespawner_override"
+            )
+        options = profile.get("profile_options")
+        if isinstance(options, Mapping):
+            cleaned["profile_options"] = {
+                name: self.option(option, f"{where}.profile_options.{name}")
+                for name, option in options.items()
+            }
+        return cleaned
+
+    def option(self, option: Any, where: str) -> Any:
+        if not isinstance(option, Mapping):
+            return option
+        cleaned = dict(option)
+        if isinstance(option.get("choices"), Mapping):
+            cleaned["choices"] = {
+                name: self.choice(choice, f"{where}.choices.{name}")
+                for name, choice in option["choices"].items()
+            }
+        if isinstance(option.get("unlisted_choice"), Mapping):
+            cleaned["unlisted_choice"] = self.choice(
+                option["unlisted_choice"], f"{where}.unlisted_choice"
+            )
+        return cleaned
+
+    def choice(self, choice: Mapping[str, Any], where: str) -> Any:
+        if not isinstance(choice, Mapping) or not isinstance(
+            choice.get("kubespawner_override"), Mapping
+        ):
+            return choice
+        override = self.override(choice["kubespawner_override"], f"{where}.kubespawner_override")
+        return {**choice, "kubespawner_override": override}
+
+    def override(self, override: Mapping[str, Any], where: str) -> dict[str, Any]:
+        return {
+            trait: self.value(trait, value, f"{where}.{trait}")
+            if trait in AFFINITY_TRAITS
+            else value
+            for trait, value in override.items()
+        }
+
+    def wrap(self, trait: str, fn: Callable[..., Any], where: str) -> Callable[..., Any]:
+        """``fn`` wrapped so that what it returns (or its coroutine returns) is cleaned; the
+        first call that removes a term says so in the hub log (through the spawner's log)."""
+        if getattr(fn, _CLEANS, None):
+            return fn
+        label_key = self.label_key
+        said: set[Removal] = set()
+
+        def cleaned(args: tuple[Any, ...], result: Any) -> Any:
+            cleaner = _Cleaner(label_key)
+            result = cleaner.value(trait, result, where)
+            new = [r for r in dict.fromkeys(cleaner.removed) if r not in said]
+            if new:
+                said.update(new)
+                logger = getattr(args[0], "log", None) if args else None
+                (logger or get_logger()).info(messages.removed_affinity_line(new))
+            return result
+
+        async def later(args: tuple[Any, ...], result: Awaitable[Any]) -> Any:
+            return cleaned(args, await result)
+
+        wrapper: Callable[..., Any]
+        if inspect.iscoroutinefunction(fn):
+
+            @functools.wraps(fn)
+            async def wrapper(*args: Any, **kwargs: Any) -> Any:
+                return cleaned(args, await fn(*args, **kwargs))
+
+        else:
+
+            @functools.wraps(fn)
+            def wrapper(*args: Any, **kwargs: Any) -> Any:
+                result = fn(*args, **kwargs)
+                if inspect.isawaitable(result):
+                    return later(args, result)
+                return cleaned(args, result)
+
+        setattr(wrapper, _CLEANS, where)
+        self.wrapped.append(where)
+        return wrapper
+
+
+def _profile_name(profile: Any, index: int) -> str:
+    if isinstance(profile, Mapping):
+        return str(profile.get("slug") or profile.get("display_name") or index)
+    return str(index)
 
 
 def install_templates(c: Config) -> bool:

@@ -548,6 +548,43 @@ def late_pod_delete_failed_line(pod_name: str, exc: BaseException) -> str:
 
 
 # --------------------------------------------------------------------------------------------------
+# configure(c): hand-written co-location affinity taken out of a hub config (helm.py)
+
+
+def removed_affinity_line(removed: Iterable[tuple[str, str]]) -> str:
+    """The hub-log line of hand-written co-location terms taken out of the hub config, from
+    (where, label key) pairs: ("c.KubeSpawner.extra_pod_config", "hub.jupyter.org/username")."""
+    places: dict[str, list[str]] = {}
+    for where, key in removed:
+        places.setdefault(where, [])
+        if key not in places[where]:
+            places[where].append(key)
+    listed = "; ".join(f"{where} (term on {', '.join(keys)})" for where, keys in places.items())
+    return (
+        f"nebari-colocate: removed hand-written co-location pod affinity from {listed}: "
+        "the spawner adds its own only when a volume needs it"
+    )
+
+
+def cleaned_when_called_line(wheres: Iterable[str]) -> str:
+    """The hub-log line of config callables whose results configure(c) cleans when called."""
+    return (
+        f"nebari-colocate: {', '.join(wheres)}: a callable; co-location pod affinity terms are "
+        "removed from what it returns, each time it is called"
+    )
+
+
+def dropped_manifest_terms_line(pod_name: str, label_keys: Iterable[str]) -> str:
+    """The hub-log line of user co-location terms taken out of a pod manifest (set outside the
+    hub config configure(c) cleans, e.g. by a pre_spawn_hook)."""
+    return (
+        f"colocate: removed hand-written co-location pod affinity (term on "
+        f"{', '.join(label_keys)}) from pod {pod_name}: the spawner adds its own only when a "
+        "volume needs it"
+    )
+
+
+# --------------------------------------------------------------------------------------------------
 # pod event verdicts (events.classify): why a spawn was ended, or what it waits for
 
 #: scheduler and cluster-autoscaler fragment cause (``events.FRAGMENT_*``) -> words

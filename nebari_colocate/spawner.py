@@ -41,7 +41,7 @@ from traitlets import (
 )
 
 from . import messages, metrics
-from .affinity import apply_decision
+from .affinity import apply_decision, user_colocation_keys
 from .config import (
     ACCESS_MODES,
     DEFAULT_ACCESS_MODE,
@@ -554,6 +554,13 @@ class ColocatingKubeSpawner(KubeSpawner):  # type: ignore[misc]  # KubeSpawner s
             decision = await self._check(pod)
         self._colocation_decision = decision
         self._requests_premium = requests_any(pod, self.premium_resources)
+        # A term that survived configure(c) (set by a pre_spawn_hook, user options, a config
+        # not cleaned) is taken out by apply_decision; say so, once per manifest.
+        hand_written = user_colocation_keys(
+            pod, self.colocation_label_key, self.colocation_label_value
+        )
+        if hand_written:
+            self.log.info(messages.dropped_manifest_terms_line(self.pod_name, hand_written))
         manifest = apply_decision(
             pod, decision, self.colocation_label_key, self.colocation_label_value
         )

@@ -3,11 +3,16 @@ control plane: hooks, profiles, user_options, and a jhub-apps style subclass."""
 
 from __future__ import annotations
 
+import logging
+import textwrap
+
 import pytest
 from jupyterhub.utils import maybe_future
 from traitlets.config import Config
+from traitlets.config.loader import PyFileConfigLoader
 
 from nebari_colocate import ColocatingKubeSpawner
+from nebari_colocate.helm import configure
 from nebari_colocate.spawner import ColocationRefused
 
 from .test_spawner_cluster import GPU_PROFILE, GPU_TAINT, cpu_and_gpu_nodes, pod_of
@@ -189,3 +194,84 @@ async def test_a_refused_first_spawn_creates_no_home_claim(kube, spawners):
     assert refused.value.decision.claims == ["claim-alice", "nebi-workspaces-alice"]
     claims = await kube.core.list_namespaced_persistent_volume_claim(kube.namespace)
     assert {c.metadata.name for c in claims.items} == {"nebi-workspaces-alice"}
+
+
+# A hub config's own co-location rule, on KubeSpawner's username label, and a term of its own
+# that is not co-location (kept).
+HAND_WRITTEN = """
+BY_USERNAME = {"labelSelector": {"matchLabels": {"hub.jupyter.org/username": "alice"}},
+               "topologyKey": "kubernetes.io/hostname"}
+BY_OUR_KEY = {"labelSelector": {"matchExpressions": [{"key": "nebari.dev/colocate-user",
+              "operator": "In", "values": ["alice"]}]}, "topologyKey": "kubernetes.io/hostname"}
+
+def affinity(*terms):
+    return {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": list(terms)}}
+
+def profile(override):
+    return {"display_name": "GPU", "slug": "gpu", "kubespawner_override": override}
+"""
+
+#: the label key of each idiom's hand-written term
+TERM_KEYS = {
+    "lazy-append": "hub.jupyter.org/username",
+    "lazy-update": "nebari.dev/colocate-user",
+    "parent-section": "hub.jupyter.org/username",
+    "profile-override": "nebari.dev/colocate-user",
+    "async-profile-list": "hub.jupyter.org/username",
+    "pre-spawn-hook": "hub.jupyter.org/username",
+}
+IDIOMS = {
+    "lazy-append": "c.KubeSpawner.pod_affinity_required.append(BY_USERNAME)",
+    "lazy-update": 'c.KubeSpawner.extra_pod_config.update({"affinity": affinity(BY_OUR_KEY)})',
+    "parent-section": 'c.Spawner.extra_pod_config = {"affinity": affinity(BY_USERNAME)}',
+    "profile-override": """
+        c.KubeSpawner.profile_list = [profile({"pod_affinity_required": [BY_OUR_KEY]})]
+        """,
+    "async-profile-list": """
+        async def profiles(spawner):
+            return [profile({"extra_pod_config": {"affinity": affinity(BY_USERNAME)}})]
+        c.KubeSpawner.profile_list = profiles
+        """,
+    "pre-spawn-hook": """
+        def hook(spawner):
+            spawner.extra_pod_config = {"affinity": affinity(BY_USERNAME)}
+        c.Spawner.pre_spawn_hook = hook
+        """,
+}
+
+
+def hub_config(tmp_path, idiom: str) -> Config:
+    """The hub config file as JupyterHub loads it (so ``.append`` / ``.update`` are lazy)."""
+    path = tmp_path / "jupyterhub_config.py"
+    path.write_text(HAND_WRITTEN + textwrap.dedent(IDIOMS[idiom]))
+    return PyFileConfigLoader(path.name, path=str(tmp_path)).load_config()
+
+
+@pytest.mark.parametrize("configured", [True, False], ids=["configured", "not-configured"])
+@pytest.mark.parametrize("idiom", list(IDIOMS))
+async def test_a_readwritemany_home_gets_no_hand_written_colocation_in_any_config_idiom(
+    kube, spawners, tmp_path, caplog, idiom, configured
+):
+    """With configure(c) the term is gone from the config; without it (or set where configure
+    cannot see, a pre_spawn_hook) the spawner takes it out of the manifest and says so."""
+    await kube.create_node("node-a")
+    await kube.create_bound_claim("claim-alice", access_modes=("ReadWriteMany",))
+    c = hub_config(tmp_path, idiom)
+    with caplog.at_level(logging.INFO):
+        if configured:
+            configure(c, get_config=lambda key, default=None: default)
+        lab = spawners.make("alice", config=c)
+        if "profile_list" in c.KubeSpawner:
+            lab.user_options = {"profile": "gpu"}
+        await maybe_future(lab.run_pre_spawn_hook())  # JupyterHub runs it before start()
+        await spawners.start(lab)
+    pod = await pod_of(kube, lab)
+    assert lab._colocation_decision.verdict == "skip"
+    assert not (pod["spec"].get("affinity") or {}).get("podAffinity"), pod["spec"]["affinity"]
+    logged = " ".join(r.getMessage() for r in caplog.records)
+    if configured and idiom != "pre-spawn-hook":
+        # the hub log at start names the place (section, trait, profile) and the label key
+        assert "removed hand-written co-location pod affinity from c." in logged, logged
+    else:
+        said = f"co-location pod affinity (term on {TERM_KEYS[idiom]}) from pod {lab.pod_name}"
+        assert said in logged, logged

@@ -8,7 +8,7 @@ import pytest
 from builders import expr, gpu_node, name_is, node, pod, required_affinity, term
 
 from nebari_colocate import fit
-from nebari_colocate.affinity import apply_decision
+from nebari_colocate.affinity import apply_decision, user_colocation_keys
 from nebari_colocate.placement import Decision
 
 KEY, VALUE = "nebari.dev/colocate-user", "alice"
@@ -27,6 +27,20 @@ HAND_WRITTEN_TERM = {
 HAND_WRITTEN_LABELS_TERM = {
     "labelSelector": {"matchLabels": {KEY: "tpotts-40openteams-2ecom"}},
     "topologyKey": "kubernetes.io/hostname",
+}
+# a hub config's own rule on KubeSpawner's username label (z2jh charts and blog posts write it)
+USERNAME_TERM = {
+    "labelSelector": {"matchLabels": {"hub.jupyter.org/username": "alice"}},
+    "topologyKey": "kubernetes.io/hostname",
+}
+# the default key's rule, while this hub's label key is another one
+DEFAULT_KEY_TERM = {
+    "labelSelector": {"matchLabels": {"nebari.dev/colocate-user": "alice"}},
+    "topologyKey": "kubernetes.io/hostname",
+}
+USERNAME_ZONE_TERM = {
+    "labelSelector": {"matchLabels": {"hub.jupyter.org/username": "alice"}},
+    "topologyKey": "topology.kubernetes.io/zone",
 }
 OTHER_POD_TERM = {
     "labelSelector": {"matchLabels": {"app": "db"}},
@@ -145,6 +159,27 @@ def pod_terms(manifest: dict) -> list[dict] | None:
             None,
         ),
         (
+            "skip-drops-a-hand-written-term-on-the-username-label",
+            Decision("skip"),
+            {"affinity": pod_affinity(USERNAME_TERM, OTHER_POD_TERM)},
+            [OTHER_POD_TERM],
+            None,
+        ),
+        (
+            "colocate-replaces-a-hand-written-term-on-the-username-label",
+            Decision("colocate"),
+            {"affinity": pod_affinity(USERNAME_TERM)},
+            [OUR_TERM],
+            None,
+        ),
+        (
+            "skip-keeps-a-username-term-across-a-zone-which-is-not-one-node",
+            Decision("skip"),
+            {"affinity": pod_affinity(USERNAME_ZONE_TERM)},
+            [USERNAME_ZONE_TERM],
+            None,
+        ),
+        (
             "skip-keeps-other-pod-affinity",
             Decision("skip"),
             {"affinity": pod_affinity(HAND_WRITTEN_TERM, OTHER_POD_TERM)},
@@ -233,3 +268,27 @@ def test_gpu_profiles_required_node_affinity_survives_the_pin(
     gpu_lab = pod("new", affinity=required_affinity(GPU_TERM))
     manifest = apply_decision(gpu_lab, Decision("colocate", node="gpu-1"), KEY, VALUE)
     assert fit.node_selector_ok(manifest, candidate) is expect_selected
+
+
+def test_skip_under_another_label_key_drops_the_default_keys_colocation_term():
+    manifest = apply_decision(
+        pod("new", affinity=pod_affinity(DEFAULT_KEY_TERM)), Decision("skip"), "example.org/u", "a"
+    )
+    assert "affinity" not in manifest["spec"]
+
+
+@pytest.mark.parametrize(
+    "test_variation_id, terms, expect_keys",
+    [
+        ("our-own-term-is-not-reported", [OUR_TERM], []),
+        ("a-username-term-is-reported-by-its-key", [USERNAME_TERM], ["hub.jupyter.org/username"]),
+        ("a-term-on-our-key-is-reported", [HAND_WRITTEN_TERM, OTHER_POD_TERM], [KEY]),
+        ("other-terms-are-not-reported", [OTHER_POD_TERM, USERNAME_ZONE_TERM], []),
+    ],
+)
+def test_the_user_colocation_terms_apply_decision_takes_out_are_named_by_label_key(
+    test_variation_id, terms, expect_keys
+):
+    assert (
+        user_colocation_keys(pod("new", affinity=pod_affinity(*terms)), KEY, VALUE) == expect_keys
+    )
