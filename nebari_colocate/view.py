@@ -32,7 +32,16 @@ from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, ClassVar, TypeVar
 
 from . import metrics
-from .objects import JsonDict, Obj, attached_nodes, attachment_pv, holds_volume, pod_claims
+from .objects import (
+    JsonDict,
+    Obj,
+    attached_nodes,
+    attachment_pv,
+    claim_ref,
+    holds_volume,
+    pod_claims,
+    volume_identity,
+)
 from .state import ClusterState
 
 log = logging.getLogger(__name__)
@@ -46,6 +55,8 @@ _T = TypeVar("_T")
 NODES_GET = ("get", "nodes")
 NODES_LIST = ("list", "nodes")
 PVS_GET = ("get", "persistentvolumes")
+PVS_LIST = ("list", "persistentvolumes")
+OTHER_PODS_LIST = ("list", "pods in other namespaces")
 ATTACHMENTS_LIST = ("list", "volumeattachments")
 ALL_PODS_LIST = ("list", "pods in all namespaces")
 
@@ -439,6 +450,15 @@ def _attachment_keys(va: Obj) -> list[str]:
     return [pv] if pv else []
 
 
+def _disk_key(disk: tuple[str, str]) -> str:
+    return "^".join(disk)  # kube-controller-manager's unique volume name joins them so
+
+
+def _disk_keys(pv: Obj) -> list[str]:
+    disk = volume_identity(pv)
+    return [_disk_key(disk)] if disk else []
+
+
 def _pv_names(pvcs: Iterable[Obj]) -> set[str]:
     return {name for p in pvcs if (name := (p.get("spec") or {}).get("volumeName"))}
 
@@ -528,7 +548,9 @@ class DirectReader:
         claims = list(dict.fromkeys([*pod_claims(pod), *extra_claims]))
         own = [self.pvcs[k] for c in claims if (k := f"{self.namespace}/{c}") in self.pvcs]
         volumes = _pv_names(own)
-        claimers = [p for p in self.pods if set(pod_claims(p)) & set(claims)]
+        sharers, known_pvs = await self._same_disk(volumes)
+        volumes |= known_pvs.keys()
+        claimers = [p for p in self.pods if set(pod_claims(p)) & set(claims)] + sharers
         attachments: list[JsonDict] | None = []
         holders = _candidate_nodes(claimers, [])
         if volumes and (not holders or extra_claims):
@@ -544,12 +566,13 @@ class DirectReader:
                 break
             if node is not None:
                 found_nodes[name] = node
-        pvs: dict[str, JsonDict] = {}
-        for volume in sorted(volumes):
+        pvs: dict[str, JsonDict] = dict(known_pvs)
+        for volume in sorted(volumes - pvs.keys()):
             pv = await self._optional(PVS_GET, self.core.read_persistent_volume, volume)
             if pv is not None:
                 pvs[volume] = pv
         pods = list(self.pods)
+        pods += [p for p in sharers if (p.get("metadata") or {}).get("namespace") != self.namespace]
         complete = True
         if nodes:
             seen = {_key(p) for p in pods}
@@ -574,6 +597,42 @@ class DirectReader:
             node_pods_complete=complete,
             namespace=self.namespace,
         )
+
+    async def _same_disk(self, volumes: set[str]) -> tuple[list[JsonDict], dict[str, JsonDict]]:
+        """The disks of ``volumes`` through other PVs (same CSI driver and handle): the pods
+        mounting the claims those PVs are bound to, and every PV read (``volumes``' own included),
+        by name.  Nothing when PVs may not be listed (noted in ``denied``)."""
+        own: dict[str, JsonDict] = {}
+        for volume in sorted(volumes):
+            pv = await self._optional(PVS_GET, self.core.read_persistent_volume, volume)
+            if pv is not None:
+                own[volume] = dict(pv, kind="PersistentVolume")
+        disks = {d for pv in own.values() if (d := volume_identity(pv))}
+        if not disks:
+            return [], own
+        listing = await self._optional(PVS_LIST, self.core.list_persistent_volume)
+        others = {
+            str(name): dict(pv, kind="PersistentVolume")
+            for pv in (listing or {}).get("items") or []
+            if (name := (pv.get("metadata") or {}).get("name"))
+            and name not in own
+            and volume_identity(pv) in disks
+        }
+        pods: list[JsonDict] = []
+        for name in sorted(others):
+            ref = claim_ref(others[name])
+            if ref is None:
+                continue
+            namespace, _, claim = ref.partition("/")
+            if namespace == self.namespace:
+                assert self.pods is not None
+                pods += [p for p in self.pods if claim in pod_claims(p)]
+                continue
+            found = await self._optional(OTHER_PODS_LIST, self.core.list_namespaced_pod, namespace)
+            pods += [
+                slim_pod(p) for p in (found or {}).get("items") or [] if claim in pod_claims(p)
+            ]
+        return pods, {**own, **others}
 
     async def everything(self) -> ClusterState:
         """For ``audit``: the namespace's pods and claims, every Node and VolumeAttachment."""
@@ -670,6 +729,7 @@ class ClusterView:
         self.by_claim = _Index(_claim_keys)
         self.by_node = _Index(_node_keys)
         self.attachments_by_pv = _Index(_attachment_keys)
+        self.pvs_by_disk = _Index(_disk_keys)
 
         shared = Shared()
 
@@ -710,6 +770,7 @@ class ClusterView:
             "persistentvolumes",
             core.list_persistent_volume,
             transform=with_kind("PersistentVolume"),
+            on_change=self.pvs_by_disk.change,
         )
         self.attachments = Collection(
             "volumeattachments",
@@ -828,6 +889,7 @@ class ClusterView:
             if pvc is not None:
                 gathered.pvcs[f"{namespace}/{claim}"] = pvc
         volumes = _pv_names(gathered.pvcs.values())
+        volumes |= self._same_disk(volumes, pods)
         if self.attachments.forbidden:
             gathered.attachments = None
         else:
@@ -859,6 +921,22 @@ class ClusterView:
         elif self.all_pods.forbidden and candidates:
             gathered.complete = False
         return gathered
+
+    def _same_disk(self, volumes: set[str], pods: dict[str, JsonDict]) -> set[str]:
+        """The other PVs exposing the disks of ``volumes`` (same CSI driver and handle), and
+        into ``pods`` the pods mounting the claims those PVs are bound to (any namespace the
+        pod watch covers): they hold the disk as surely as a pod of the claim itself."""
+        others: set[str] = set()
+        for volume in volumes:
+            disk = volume_identity(self.pvs.items.get(volume))
+            if disk is not None:
+                others.update(_key(pv) for pv in self.pvs_by_disk.get(_disk_key(disk)))
+        others -= volumes
+        for name in sorted(others):
+            ref = claim_ref(self.pvs.items.get(name))
+            for p in self.by_claim.get(ref) if ref else ():
+                pods[_key(p)] = p
+        return others
 
     async def _confirm_node(self, name: str) -> JsonDict | None:
         """A node the watch does not have: just created (the watch lags) or deleted.  Ask."""
