@@ -49,11 +49,13 @@ from .config import (
     DEFAULT_LABEL_KEY,
     DEFAULT_PREMIUM_NODE_POLICY,
     DEFAULT_PREMIUM_RESOURCES,
+    DEFAULT_WATCH_STALE_SECONDS,
     PREMIUM_POLICIES,
     check_label_key,
     check_mode_conflicts,
     check_premium_resources,
     check_timeout,
+    check_watch_stale,
 )
 from .events import FAIL, EventVerdict, classify
 from .faults import REJECTED, KubernetesApiFault, api_fault
@@ -67,7 +69,7 @@ from .jupyterhub import (
 )
 from .locks import UserLocks
 from .objects import SERVERNAME_ANNOTATION, USERNAME_ANNOTATION, JsonDict
-from .placement import REFUSE, SKIP, Decision, Policy, decide, safe_side
+from .placement import COLOCATE, REFUSE, SKIP, Decision, Policy, decide, safe_side
 from .state import ClusterState
 from .view import ClusterView, DirectReader, ViewNotLive, admitted_pod, sweep_late_pod
 
@@ -167,6 +169,22 @@ class ColocatingKubeSpawner(KubeSpawner):  # type: ignore[misc]  # KubeSpawner s
         """,
     )
 
+    colocation_watch_stale_seconds = Float(
+        DEFAULT_WATCH_STALE_SECONDS,
+        config=True,
+        help="""
+        Seconds a watch of the live view may go without an event or a bookmark before it is no
+        longer trusted and is listed again.  A watch whose network path died (a dropped NAT or
+        load-balancer flow) stays open and silent, and would hide a pod that starts holding a
+        user's home; kube-apiserver sends a bookmark on a quiet watch about every 60 s, so
+        silence longer than that means the path is gone.  While a watch is untrusted the check
+        reads the API directly.  Independently of this bound, an unpinned decision (no holder
+        known) is confirmed by one namespaced LIST of pods whenever the view had no event in
+        the last few seconds.  Default: 75.  At least 65; less lists quiet watches again and
+        again, more leaves a dead watch trusted longer.
+        """,
+    )
+
     fail_fast_on_events = Bool(
         True,
         config=True,
@@ -245,6 +263,10 @@ class ColocatingKubeSpawner(KubeSpawner):  # type: ignore[misc]  # KubeSpawner s
     @validate("premium_resources")
     def _validate_premium_resources(self, proposal: dict[str, Any]) -> Any:
         return check_premium_resources(proposal["value"])
+
+    @validate("colocation_watch_stale_seconds")
+    def _validate_watch_stale(self, proposal: dict[str, Any]) -> float:
+        return check_watch_stale(proposal["value"])
 
     @validate("colocation_check_timeout")
     def _validate_timeout(self, proposal: dict[str, Any]) -> float:
@@ -364,13 +386,19 @@ class ColocatingKubeSpawner(KubeSpawner):  # type: ignore[misc]  # KubeSpawner s
         return list(reflector.pods.values())
 
     def colocation_view(self) -> ClusterView:
-        """The live view of this hub's namespace, shared by every spawner (started lazily)."""
-        return ClusterView.shared(self.api.api_client, self.namespace)
+        """The live view of this server's namespace, on the cluster-wide watches every spawner
+        of the hub shares (started lazily)."""
+        view = ClusterView.shared(self.api.api_client, self.namespace)
+        view.stale_after = self.colocation_watch_stale_seconds
+        return view
 
-    async def _colocation_state(self, view: ClusterView, pod: JsonDict) -> ClusterState:
-        """The state from the live view, or from direct reads while it is not live."""
+    async def _colocation_state(
+        self, view: ClusterView, pod: JsonDict
+    ) -> tuple[ClusterState, bool]:
+        """The state from the live view, or from direct reads while it is not live; and whether
+        it came from the view."""
         try:
-            return await view.state_for(pod, first_sync=self.colocation_check_timeout / 2)
+            return await view.state_for(pod, first_sync=self.colocation_check_timeout / 2), True
         except ViewNotLive as exc:
             self.log.warning(
                 "colocate: the live view of namespace %s is not live (%s); reading the API "
@@ -380,7 +408,23 @@ class ColocatingKubeSpawner(KubeSpawner):  # type: ignore[misc]  # KubeSpawner s
                 self.pod_name,
             )
             metrics.observe_view_fallback()
-            return await DirectReader(self.api.api_client, self.namespace).state_for(pod)
+            return await self._direct_state(pod), False
+
+    async def _direct_state(self, pod: JsonDict) -> ClusterState:
+        return await DirectReader(self.api.api_client, self.namespace).state_for(pod)
+
+    async def _confirmed_unpinned(
+        self, view: ClusterView, pod: JsonDict, decision: Decision
+    ) -> ClusterState | None:
+        """An unpinned decision from a view that is not fresh (no event in the last seconds: its
+        watch may be silent on a dead path) is confirmed by one namespaced LIST of pods and one
+        of VolumeAttachments; None when they agree, else the state read directly."""
+        if decision.verdict != COLOCATE or decision.node is not None or view.fresh():
+            return None
+        if await view.confirm_unpinned(pod, decision.claims):
+            return None
+        metrics.observe_view_fallback()
+        return await self._direct_state(pod)
 
     async def _admitted(self, pod: JsonDict, deadline: float) -> JsonDict | None:
         """The pod after admission (server-side dry run), or None (logged) when refused."""
@@ -420,12 +464,22 @@ class ColocatingKubeSpawner(KubeSpawner):  # type: ignore[misc]  # KubeSpawner s
         try:
             # From memory when the view is live: no await, so no other task (a reflector's
             # re-list, say) runs inside the check and nothing changes the view meanwhile.
-            state = view.state_now(pod)
-            if state is None:
-                state = await asyncio.wait_for(
+            remembered = view.state_now(pod)
+            if remembered is not None:
+                state, from_view = remembered, True
+            else:
+                state, from_view = await asyncio.wait_for(
                     self._colocation_state(view, pod), timeout=self.colocation_check_timeout
                 )
             decision = decide(pod, state, policy)
+            if from_view:
+                confirmed = await asyncio.wait_for(
+                    self._confirmed_unpinned(view, pod, decision),
+                    timeout=max(deadline - time.perf_counter(), 0.01),
+                )
+                if confirmed is not None:
+                    state = confirmed
+                    decision = decide(pod, state, policy)
             if decision.node is not None:
                 before = time.perf_counter()
                 admitted = await self._admitted(pod, deadline)
