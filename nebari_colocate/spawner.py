@@ -28,6 +28,7 @@ from datetime import datetime, timezone
 from types import SimpleNamespace
 from typing import Any, ClassVar, NoReturn
 
+from jupyterhub.utils import exponential_backoff
 from kubespawner import KubeSpawner
 from kubespawner.slugs import is_valid_label, safe_slug
 from traitlets import (
@@ -58,7 +59,14 @@ from .config import (
     check_watch_stale,
 )
 from .events import FAIL, EventVerdict, classify
-from .faults import REJECTED, KubernetesApiFault, api_fault
+from .faults import (
+    REJECTED,
+    TIMEOUT,
+    UNREACHABLE,
+    KubernetesApiFault,
+    api_fault,
+    connection_failed,
+)
 from .fit import requests_any
 from .jupyterhub import (
     JUPYTERHUB_MAJOR,
@@ -283,6 +291,8 @@ class ColocatingKubeSpawner(KubeSpawner):  # type: ignore[misc]  # KubeSpawner s
         self._requests_premium = False
         self._held_refusal: ColocationRefused | None = None
         self._api_fault_sweep: asyncio.Future[None] | None = None
+        #: the last connection error a retried API call of this spawn met (None: none)
+        self._connection_error: BaseException | None = None
         #: the last refusal of this server, {"message", "html"}, until its next start (the home
         #: page nebari-colocate installs for jhub-apps shows it)
         self.colocation_failure: dict[str, str] | None = None
@@ -432,9 +442,7 @@ class ColocatingKubeSpawner(KubeSpawner):  # type: ignore[misc]  # KubeSpawner s
         try:
             if remaining <= 0:
                 raise asyncio.TimeoutError()
-            admitted = await asyncio.wait_for(
-                admitted_pod(self.api.api_client, self.namespace, pod), timeout=remaining
-            )
+            admitted = await asyncio.wait_for(self._dry_run(pod, remaining), timeout=remaining)
         except Exception as exc:
             outcome = "failed" if isinstance(exc, asyncio.TimeoutError) else "refused"
             metrics.observe_dry_run(outcome)
@@ -447,6 +455,74 @@ class ColocatingKubeSpawner(KubeSpawner):  # type: ignore[misc]  # KubeSpawner s
             return None
         metrics.observe_dry_run("admitted")
         return admitted
+
+    async def _dry_run(self, pod: JsonDict, seconds: float) -> JsonDict:
+        """``admitted_pod``, tried again on a connection error (an API server restart) for up
+        to ``seconds``."""
+
+        async def attempt() -> JsonDict | None:
+            answer: JsonDict | None = await self._unless_unreachable(
+                admitted_pod(self.api.api_client, self.namespace, pod), "dry run", None
+            )
+            return answer
+
+        admitted: JsonDict = await exponential_backoff(
+            attempt,
+            f"dry run of pod {self.pod_name}: the API server could not be reached",
+            start_wait=0.05,
+            max_wait=0.5,
+            timeout=seconds,
+        )
+        return admitted
+
+    async def _unless_unreachable(self, call: Any, what: str, failed: Any) -> Any:
+        """Await ``call``; on a connection error (an API server restart) remember it, log it
+        and return ``failed`` so that ``exponential_backoff`` tries again."""
+        try:
+            return await call
+        except Exception as exc:
+            if not connection_failed(exc):
+                raise
+            if failed is False:  # a create: its fault, should the retries run out, is this
+                self._connection_error = exc
+            self.log.info(
+                "colocate: %s for %s: the API server could not be reached (%s: %s); trying again",
+                what,
+                self.pod_name,
+                type(exc).__name__,
+                exc,
+            )
+            return failed
+
+    # KubeSpawner retries its creates on a timeout but lets a connection error end the spawn: an
+    # API server restart shorter than k8s_api_request_retry_timeout must not.
+
+    async def _make_create_pvc_request(self, pvc: Any, request_timeout: float) -> bool:
+        return bool(
+            await self._unless_unreachable(
+                super()._make_create_pvc_request(pvc, request_timeout), "PVC create", False
+            )
+        )
+
+    async def _make_create_pod_request(self, pod: Any, request_timeout: float) -> bool:
+        return bool(
+            await self._unless_unreachable(
+                super()._make_create_pod_request(pod, request_timeout), "pod create", False
+            )
+        )
+
+    async def _ensure_namespace(self) -> None:
+        async def attempt() -> bool:
+            ensure = KubeSpawner._ensure_namespace(self)
+            return bool(
+                await self._unless_unreachable(_true_after(ensure), "namespace create", False)
+            )
+
+        await exponential_backoff(
+            attempt,
+            f"Could not create namespace {self.namespace}",
+            timeout=self.k8s_api_request_retry_timeout,
+        )
 
     async def colocation_decide(self, pod: JsonDict) -> Decision:
         """Gather the state and decide; any error or timeout takes the safe side.
@@ -640,6 +716,7 @@ class ColocatingKubeSpawner(KubeSpawner):  # type: ignore[misc]  # KubeSpawner s
         """KubeSpawner's start, ended early when the pod's events say it cannot succeed; a spawn
         the Kubernetes API fails ends with words (:class:`KubernetesApiFault`)."""
         self._stop_api_fault_sweep()
+        self._connection_error = None
         started = time.time()
         try:
             return await self._start_failing_fast()
@@ -647,6 +724,10 @@ class ColocatingKubeSpawner(KubeSpawner):  # type: ignore[misc]  # KubeSpawner s
             fault = api_fault(exc)
             if fault is None:
                 raise
+            if fault[0] == TIMEOUT and self._connection_error is not None:
+                # The retries ran out on connection errors: say so, not "did not answer".
+                error = self._connection_error
+                fault = (UNREACHABLE, f"{type(error).__name__}: {error}")
             raise self._api_fault_error(exc, *fault, started=started) from exc
 
     def _api_fault_error(
@@ -793,6 +874,11 @@ class ColocatingKubeSpawner(KubeSpawner):  # type: ignore[misc]  # KubeSpawner s
             if finished:
                 break
             await asyncio.sleep(1)
+
+
+async def _true_after(call: Any) -> bool:
+    await call
+    return True
 
 
 def _built_by_jhub_apps(cls: type) -> bool:
