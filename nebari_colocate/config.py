@@ -104,7 +104,7 @@ def check_watch_stale(value: Any) -> float:
         raise TraitError(f"colocation_watch_stale_seconds {value!r} must be a number of seconds")
     if not MIN_WATCH_STALE_SECONDS <= value < float("inf"):
         raise TraitError(
-            f"colocation_watch_stale_seconds {value!r} cannot work: use at least "
+            f"colocation_watch_stale_seconds {value:g} cannot work: use at least "
             f"{MIN_WATCH_STALE_SECONDS:g} seconds (and a finite number). kube-apiserver sends a "
             "bookmark on a quiet watch about every 60 s; with less, every quiet watch would be "
             f"listed again over and over. Default: {DEFAULT_WATCH_STALE_SECONDS:g}"
