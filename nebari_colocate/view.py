@@ -595,6 +595,8 @@ class DirectReader:
                 found_nodes[name] = node
         pvs: dict[str, JsonDict] = dict(known_pvs)
         for volume in sorted(volumes - pvs.keys()):
+            if PVS_GET in self.denied:
+                break
             pv = await self._optional(PVS_GET, self.core.read_persistent_volume, volume)
             if pv is not None:
                 pvs[volume] = pv
@@ -734,6 +736,7 @@ class HubWatches:
         core = client.CoreV1Api(api_client)
         storage = client.StorageV1Api(api_client)
         self.core = core
+        self.storage = storage
         #: the namespaces' views reading these watches
         self.views: dict[str, ClusterView] = {}
         self.by_claim = _Index(_claim_keys)
@@ -981,13 +984,13 @@ class ClusterView:
         pins them; False when it does not, and the view is listed again (its watch missed it)."""
         wanted = set(claims)
         own_name = (pod.get("metadata") or {}).get("name")
-        listed, volumes = await asyncio.gather(
-            read_json(self.core.list_namespaced_pod, self.namespace),
+        (listed, _), volumes = await asyncio.gather(
+            list_all(self.core.list_namespaced_pod, self.namespace, transform=slim_pod),
             self._confirm_attachments(wanted),
         )
         held = [
             p
-            for p in listed.get("items") or []
+            for p in listed
             if (p.get("metadata") or {}).get("name") != own_name
             and holds_volume(p)
             and wanted.intersection(pod_claims(p))
@@ -1003,7 +1006,6 @@ class ClusterView:
         self.pods.relist()
         if volumes:
             self.attachments.relist()
-        metrics.observe_view_resync(self.pods.name)
         return False
 
     async def _confirm_attachments(self, claims: set[str]) -> set[str]:
@@ -1016,7 +1018,7 @@ class ClusterView:
         volumes |= self._same_disk(volumes, {})
         if not volumes:
             return set()
-        listing = await read_json(self.hub.attachments._method)
+        listing = await read_json(self.hub.storage.list_volume_attachment)
         return {
             pv
             for va in listing.get("items") or []
