@@ -244,7 +244,7 @@ async def test_a_silent_watch_does_not_hide_a_pod_that_starts_holding_the_home(h
     bob = hub.make("bob")  # warms the hub: its reflectors and its live view are running
     assert (await hub.spawn(bob)).started
     view = bob.colocation_view()
-    assert view.live
+    assert await view.wait_live(30)
 
     hub.proxy.blackhole = lambda path: path in VIEW_WATCHES
     backup = builders.kube_pod(
