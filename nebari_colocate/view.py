@@ -3,14 +3,16 @@
 
 Two readers with one interface, ``await reader.state_for(pod)`` -> :class:`ClusterState`:
 
-- :class:`ClusterView`: watches shared by every spawner of the hub (one per event loop and
-  namespace, started lazily by the first check): every pod of the hub namespace (whatever its
-  labels: a backup Job's pod holds a claim as surely as a server does), the namespace's claims,
-  and where RBAC allows it Nodes, PersistentVolumes, VolumeAttachments and the pods of every
-  namespace.  Indexes by claim and by node are updated per watch event, so a check reads the
-  user's pods and the pinned node's pods, never the whole cache.  A collection whose watch broke
-  (connection error, API restart, 410 Gone) is re-listed; until it is live again the view is not
-  trusted and the check reads the API directly, which the log and a metric say.
+- :class:`ClusterView`: the view of one namespace on watches shared by every spawner of the hub
+  (:class:`HubWatches`: one set per event loop whatever the number of namespaces, started
+  lazily by the first check): every pod and claim (of the cluster where RBAC allows it, else of
+  each namespace; whatever its labels: a backup Job's pod holds a claim as surely as a server
+  does), and where RBAC allows it Nodes, PersistentVolumes and VolumeAttachments.  Indexes by
+  claim, by node and by disk are updated per watch event, so a check reads the user's pods and
+  the pinned node's pods, never the whole cache.  A collection whose watch broke (connection
+  error, API restart, 410 Gone) or went silent (no event or bookmark for ``stale_after``) is
+  re-listed; until it is live again the view is not trusted and the check reads the API
+  directly, which the log and a metric say.
 - :class:`DirectReader`: plain reads for one decision (the fallback, and ``explain`` / ``audit``,
   which run once and need no watch).
 
