@@ -37,6 +37,15 @@ DEFAULT_CHECK_TIMEOUT = 5.0
 #: rounds of API requests, and one request to an API server in the cluster takes milliseconds on
 #: a quiet control plane and tens of milliseconds on a busy one
 MIN_CHECK_TIMEOUT = 0.25
+#: seconds a live-view watch may go without an event or a bookmark before it is listed again
+#: (``colocation_watch_stale_seconds``): kube-apiserver sends a bookmark about every 60 s
+DEFAULT_WATCH_STALE_SECONDS = 75.0
+#: the shortest colocation_watch_stale_seconds: less than a bookmark interval and a quiet
+#: cluster's watches would be listed again over and over
+MIN_WATCH_STALE_SECONDS = 65.0
+#: seconds since a watch's last event or bookmark within which the live view is *fresh*: an
+#: unpinned decision is then taken from memory alone, else confirmed by one namespaced LIST
+FRESH_SECONDS = 3.0
 
 
 def caseless_choice(value: object, choices: Sequence[str]) -> str | None:
@@ -89,6 +98,21 @@ def check_premium_resources(names: Any) -> Any:
                 "domain-prefixed name such as 'nvidia.com/gpu'"
             )
     return names
+
+
+def check_watch_stale(value: Any) -> float:
+    """A colocation_watch_stale_seconds that can work: a finite number of seconds, at least
+    :data:`MIN_WATCH_STALE_SECONDS`."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
+        raise TraitError(f"colocation_watch_stale_seconds {value!r} must be a number of seconds")
+    if not MIN_WATCH_STALE_SECONDS <= value < float("inf"):
+        raise TraitError(
+            f"colocation_watch_stale_seconds {value:g} cannot work: use at least "
+            f"{MIN_WATCH_STALE_SECONDS:g} seconds (and a finite number). kube-apiserver sends a "
+            "bookmark on a quiet watch about every 60 s; with less, every quiet watch would be "
+            f"listed again over and over. Default: {DEFAULT_WATCH_STALE_SECONDS:g}"
+        )
+    return float(value)
 
 
 def check_timeout(value: Any) -> float:
@@ -182,6 +206,7 @@ def check_config(
     check_label_key(merged.get("colocation_label_key", DEFAULT_LABEL_KEY))
     check_premium_resources(merged.get("premium_resources", []))
     check_timeout(merged.get("colocation_check_timeout", DEFAULT_CHECK_TIMEOUT))
+    check_watch_stale(merged.get("colocation_watch_stale_seconds", DEFAULT_WATCH_STALE_SECONDS))
     check_mode_conflicts(
         mode,
         merged.get("storage_class"),

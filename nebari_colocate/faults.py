@@ -36,6 +36,17 @@ class KubernetesApiFault(RuntimeError):
         self.fault = fault
 
 
+def connection_failed(exc: BaseException) -> bool:
+    """No connection to the API server, or it dropped (a restart): worth trying again within
+    ``k8s_api_request_retry_timeout``.  A create cut mid-way may have been carried out; trying
+    again answers 409, which KubeSpawner already handles."""
+    import aiohttp
+
+    return isinstance(exc, (aiohttp.ClientConnectionError, ConnectionError)) and not isinstance(
+        exc, asyncio.TimeoutError
+    )
+
+
 def api_fault(exc: BaseException) -> tuple[str, str] | None:
     """(fault code, detail) when ``exc`` is the Kubernetes API failing a spawn, else None.
 

@@ -159,6 +159,30 @@ def attachment_pv(attachment: Obj) -> str | None:
     return (spec(attachment).get("source") or {}).get("persistentVolumeName") or None
 
 
+def volume_identity(pv: Obj | None) -> tuple[str, str] | None:
+    """The disk a PersistentVolume exposes: its CSI driver and volume handle, the pair
+    kube-controller-manager's attach/detach controller names a volume by (two PVs with the same
+    pair, in any namespaces, are one disk attached once); None for a PV without a CSI source."""
+    csi = spec(pv).get("csi") or {}
+    driver, handle = csi.get("driver"), csi.get("volumeHandle")
+    return (str(driver), str(handle)) if driver and handle else None
+
+
+def attachment_identity(attachment: Obj) -> tuple[str, str] | None:
+    """The disk an attachment of an inline CSI volume attaches (driver and handle), read from
+    the attachment itself; None when it names a PersistentVolume (look that PV up)."""
+    inline = (spec(attachment).get("source") or {}).get("inlineVolumeSpec")
+    return volume_identity({"spec": inline}) if inline else None
+
+
+def claim_ref(pv: Obj | None) -> str | None:
+    """``namespace/name`` of the claim a PersistentVolume is bound (or reserved) to, or None."""
+    ref = spec(pv).get("claimRef") or {}
+    if ref.get("name") and ref.get("namespace"):
+        return f"{ref['namespace']}/{ref['name']}"
+    return None
+
+
 def attached_nodes(attachments: Iterable[Obj], pv_name: str | None = None) -> set[str]:
     """Nodes the attachments say are attached (a detach may still be in progress); with
     ``pv_name``, only the attachments of that PersistentVolume."""

@@ -31,6 +31,7 @@ from .objects import (
     annotations_of,
     has_owner,
     holders,
+    holds_volume,
     is_exclusive,
     is_server,
     is_terminal,
@@ -181,12 +182,21 @@ def decide(pod: Obj, state: ClusterState, policy: Policy) -> Decision:
     if not exclusive:
         return Decision(SKIP)
 
-    # 2. Holders: pods of the namespace that mount one of those claims and sit on a node.
+    # 2. Holders: pods of the namespace that mount one of those claims and sit on a node, and
+    #    pods that hold the same disk through another PV (same CSI driver and handle).
     candidates = {id(p): p for c in exclusive for p in state.pods_mounting(namespace, c)}
     holding = holders(candidates.values(), exclusive, exclude=own_name)
+    sharing = {
+        c: [p for p in state.pods_sharing_disk(namespace, c) if holds_volume(p)] for c in exclusive
+    }
+    for pod_sharing in {id(p): p for c in exclusive for p in sharing[c]}.values():
+        if all(pod_sharing is not h for h in holding):
+            holding.append(pod_sharing)
     decision = Decision(COLOCATE, holder_pods=holding, claims=exclusive)
     busy = sorted(
-        c for c in exclusive if RWOP in modes[c] and any(c in pod_claims(h) for h in holding)
+        c
+        for c in exclusive
+        if RWOP in modes[c] and (sharing[c] or any(c in pod_claims(h) for h in holding))
     )
     if busy:
         decision.verdict, decision.busy_claims = REFUSE, busy

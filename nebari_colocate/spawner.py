@@ -28,6 +28,7 @@ from datetime import datetime, timezone
 from types import SimpleNamespace
 from typing import Any, ClassVar, NoReturn
 
+from jupyterhub.utils import exponential_backoff
 from kubespawner import KubeSpawner
 from kubespawner.slugs import is_valid_label, safe_slug
 from traitlets import (
@@ -49,14 +50,23 @@ from .config import (
     DEFAULT_LABEL_KEY,
     DEFAULT_PREMIUM_NODE_POLICY,
     DEFAULT_PREMIUM_RESOURCES,
+    DEFAULT_WATCH_STALE_SECONDS,
     PREMIUM_POLICIES,
     check_label_key,
     check_mode_conflicts,
     check_premium_resources,
     check_timeout,
+    check_watch_stale,
 )
 from .events import FAIL, EventVerdict, classify
-from .faults import REJECTED, KubernetesApiFault, api_fault
+from .faults import (
+    REJECTED,
+    TIMEOUT,
+    UNREACHABLE,
+    KubernetesApiFault,
+    api_fault,
+    connection_failed,
+)
 from .fit import requests_any
 from .jupyterhub import (
     JUPYTERHUB_MAJOR,
@@ -68,7 +78,7 @@ from .jupyterhub import (
 from .known_modes import KnownModes
 from .locks import UserLocks
 from .objects import SERVERNAME_ANNOTATION, USERNAME_ANNOTATION, JsonDict, pod_claims
-from .placement import REFUSE, SKIP, Decision, Policy, decide, safe_side
+from .placement import COLOCATE, REFUSE, SKIP, Decision, Policy, decide, safe_side
 from .state import ClusterState
 from .view import ClusterView, DirectReader, ViewNotLive, admitted_pod, sweep_late_pod
 
@@ -170,6 +180,22 @@ class ColocatingKubeSpawner(KubeSpawner):  # type: ignore[misc]  # KubeSpawner s
         """,
     )
 
+    colocation_watch_stale_seconds = Float(
+        DEFAULT_WATCH_STALE_SECONDS,
+        config=True,
+        help="""
+        Seconds a watch of the live view may go without an event or a bookmark before it is no
+        longer trusted and is listed again.  A watch whose network path died (a dropped NAT or
+        load-balancer flow) stays open and silent, and would hide a pod that starts holding a
+        user's home; kube-apiserver sends a bookmark on a quiet watch about every 60 s, so
+        silence longer than that means the path is gone.  While a watch is untrusted the check
+        reads the API directly.  Independently of this bound, an unpinned decision (no holder
+        known) is confirmed by one namespaced LIST of pods whenever the view had no event in
+        the last few seconds.  Default: 75.  At least 65; less lists quiet watches again and
+        again, more leaves a dead watch trusted longer.
+        """,
+    )
+
     fail_fast_on_events = Bool(
         True,
         config=True,
@@ -252,6 +278,10 @@ class ColocatingKubeSpawner(KubeSpawner):  # type: ignore[misc]  # KubeSpawner s
     def _validate_premium_resources(self, proposal: dict[str, Any]) -> Any:
         return check_premium_resources(proposal["value"])
 
+    @validate("colocation_watch_stale_seconds")
+    def _validate_watch_stale(self, proposal: dict[str, Any]) -> float:
+        return check_watch_stale(proposal["value"])
+
     @validate("colocation_check_timeout")
     def _validate_timeout(self, proposal: dict[str, Any]) -> float:
         return check_timeout(proposal["value"])
@@ -267,6 +297,8 @@ class ColocatingKubeSpawner(KubeSpawner):  # type: ignore[misc]  # KubeSpawner s
         self._requests_premium = False
         self._held_refusal: ColocationRefused | None = None
         self._api_fault_sweep: asyncio.Future[None] | None = None
+        #: the last connection error a retried API call of this spawn met (None: none)
+        self._connection_error: BaseException | None = None
         #: the last refusal of this server, {"message", "html"}, until its next start (the home
         #: page nebari-colocate installs for jhub-apps shows it)
         self.colocation_failure: dict[str, str] | None = None
@@ -387,13 +419,19 @@ class ColocatingKubeSpawner(KubeSpawner):  # type: ignore[misc]  # KubeSpawner s
         return {**last_known, **self._known_claim_modes.of(self.namespace, claims)}
 
     def colocation_view(self) -> ClusterView:
-        """The live view of this hub's namespace, shared by every spawner (started lazily)."""
-        return ClusterView.shared(self.api.api_client, self.namespace)
+        """The live view of this server's namespace, on the cluster-wide watches every spawner
+        of the hub shares (started lazily)."""
+        view = ClusterView.shared(self.api.api_client, self.namespace)
+        view.stale_after = self.colocation_watch_stale_seconds
+        return view
 
-    async def _colocation_state(self, view: ClusterView, pod: JsonDict) -> ClusterState:
-        """The state from the live view, or from direct reads while it is not live."""
+    async def _colocation_state(
+        self, view: ClusterView, pod: JsonDict
+    ) -> tuple[ClusterState, bool]:
+        """The state from the live view, or from direct reads while it is not live; and whether
+        it came from the view."""
         try:
-            return await view.state_for(pod, first_sync=self.colocation_check_timeout / 2)
+            return await view.state_for(pod, first_sync=self.colocation_check_timeout / 2), True
         except ViewNotLive as exc:
             self.log.warning(
                 "colocate: the live view of namespace %s is not live (%s); reading the API "
@@ -403,7 +441,23 @@ class ColocatingKubeSpawner(KubeSpawner):  # type: ignore[misc]  # KubeSpawner s
                 self.pod_name,
             )
             metrics.observe_view_fallback()
-            return await DirectReader(self.api.api_client, self.namespace).state_for(pod)
+            return await self._direct_state(pod), False
+
+    async def _direct_state(self, pod: JsonDict) -> ClusterState:
+        return await DirectReader(self.api.api_client, self.namespace).state_for(pod)
+
+    async def _confirmed_unpinned(
+        self, view: ClusterView, pod: JsonDict, decision: Decision
+    ) -> ClusterState | None:
+        """An unpinned decision from a view that is not fresh (no event in the last seconds: its
+        watch may be silent on a dead path) is confirmed by one namespaced LIST of pods and one
+        of VolumeAttachments; None when they agree, else the state read directly."""
+        if decision.verdict != COLOCATE or decision.node is not None or view.fresh():
+            return None
+        if await view.confirm_unpinned(pod, decision.claims):
+            return None
+        metrics.observe_view_fallback()
+        return await self._direct_state(pod)
 
     async def _admitted(self, pod: JsonDict, deadline: float) -> JsonDict | None:
         """The pod after admission (server-side dry run), or None (logged) when refused."""
@@ -411,9 +465,7 @@ class ColocatingKubeSpawner(KubeSpawner):  # type: ignore[misc]  # KubeSpawner s
         try:
             if remaining <= 0:
                 raise asyncio.TimeoutError()
-            admitted = await asyncio.wait_for(
-                admitted_pod(self.api.api_client, self.namespace, pod), timeout=remaining
-            )
+            admitted = await asyncio.wait_for(self._dry_run(pod, remaining), timeout=remaining)
         except Exception as exc:
             outcome = "failed" if isinstance(exc, asyncio.TimeoutError) else "refused"
             metrics.observe_dry_run(outcome)
@@ -426,6 +478,74 @@ class ColocatingKubeSpawner(KubeSpawner):  # type: ignore[misc]  # KubeSpawner s
             return None
         metrics.observe_dry_run("admitted")
         return admitted
+
+    async def _dry_run(self, pod: JsonDict, seconds: float) -> JsonDict:
+        """``admitted_pod``, tried again on a connection error (an API server restart) for up
+        to ``seconds``."""
+
+        async def attempt() -> JsonDict | None:
+            answer: JsonDict | None = await self._unless_unreachable(
+                admitted_pod(self.api.api_client, self.namespace, pod), "dry run", None
+            )
+            return answer
+
+        admitted: JsonDict = await exponential_backoff(
+            attempt,
+            f"dry run of pod {self.pod_name}: the API server could not be reached",
+            start_wait=0.05,
+            max_wait=0.5,
+            timeout=seconds,
+        )
+        return admitted
+
+    async def _unless_unreachable(self, call: Any, what: str, failed: Any) -> Any:
+        """Await ``call``; on a connection error (an API server restart) remember it, log it
+        and return ``failed`` so that ``exponential_backoff`` tries again."""
+        try:
+            return await call
+        except Exception as exc:
+            if not connection_failed(exc):
+                raise
+            if failed is False:  # a create: its fault, should the retries run out, is this
+                self._connection_error = exc
+            self.log.info(
+                "colocate: %s for %s: the API server could not be reached (%s: %s); trying again",
+                what,
+                self.pod_name,
+                type(exc).__name__,
+                exc,
+            )
+            return failed
+
+    # KubeSpawner retries its creates on a timeout but lets a connection error end the spawn: an
+    # API server restart shorter than k8s_api_request_retry_timeout must not.
+
+    async def _make_create_pvc_request(self, pvc: Any, request_timeout: float) -> bool:
+        return bool(
+            await self._unless_unreachable(
+                super()._make_create_pvc_request(pvc, request_timeout), "PVC create", False
+            )
+        )
+
+    async def _make_create_pod_request(self, pod: Any, request_timeout: float) -> bool:
+        return bool(
+            await self._unless_unreachable(
+                super()._make_create_pod_request(pod, request_timeout), "pod create", False
+            )
+        )
+
+    async def _ensure_namespace(self) -> None:
+        async def attempt() -> bool:
+            ensure = KubeSpawner._ensure_namespace(self)
+            return bool(
+                await self._unless_unreachable(_true_after(ensure), "namespace create", False)
+            )
+
+        await exponential_backoff(
+            attempt,
+            f"Could not create namespace {self.namespace}",
+            timeout=self.k8s_api_request_retry_timeout,
+        )
 
     async def colocation_decide(self, pod: JsonDict) -> Decision:
         """Gather the state and decide; any error or timeout takes the safe side.
@@ -443,13 +563,23 @@ class ColocatingKubeSpawner(KubeSpawner):  # type: ignore[misc]  # KubeSpawner s
         try:
             # From memory when the view is live: no await, so no other task (a reflector's
             # re-list, say) runs inside the check and nothing changes the view meanwhile.
-            state = view.state_now(pod)
-            if state is None:
-                state = await asyncio.wait_for(
+            remembered = view.state_now(pod)
+            if remembered is not None:
+                state, from_view = remembered, True
+            else:
+                state, from_view = await asyncio.wait_for(
                     self._colocation_state(view, pod), timeout=self.colocation_check_timeout
                 )
             self._known_claim_modes.learn(self.namespace, pod_claims(pod), state)
             decision = decide(pod, state, policy)
+            if from_view:
+                confirmed = await asyncio.wait_for(
+                    self._confirmed_unpinned(view, pod, decision),
+                    timeout=max(deadline - time.perf_counter(), 0.01),
+                )
+                if confirmed is not None:
+                    state = confirmed
+                    decision = decide(pod, state, policy)
             if decision.node is not None:
                 before = time.perf_counter()
                 admitted = await self._admitted(pod, deadline)
@@ -638,6 +768,7 @@ class ColocatingKubeSpawner(KubeSpawner):  # type: ignore[misc]  # KubeSpawner s
         """KubeSpawner's start, ended early when the pod's events say it cannot succeed; a spawn
         the Kubernetes API fails ends with words (:class:`KubernetesApiFault`)."""
         self._stop_api_fault_sweep()
+        self._connection_error = None
         started = time.time()
         try:
             return await self._start_failing_fast()
@@ -645,6 +776,10 @@ class ColocatingKubeSpawner(KubeSpawner):  # type: ignore[misc]  # KubeSpawner s
             fault = api_fault(exc)
             if fault is None:
                 raise
+            if fault[0] == TIMEOUT and self._connection_error is not None:
+                # The retries ran out on connection errors: say so, not "did not answer".
+                error = self._connection_error
+                fault = (UNREACHABLE, f"{type(error).__name__}: {error}")
             raise self._api_fault_error(exc, *fault, started=started) from exc
 
     def _api_fault_error(
@@ -794,6 +929,11 @@ class ColocatingKubeSpawner(KubeSpawner):  # type: ignore[misc]  # KubeSpawner s
             if finished:
                 break
             await asyncio.sleep(1)
+
+
+async def _true_after(call: Any) -> bool:
+    await call
+    return True
 
 
 def _built_by_jhub_apps(cls: type) -> bool:

@@ -23,11 +23,14 @@ from .objects import (
     JsonDict,
     Obj,
     attached_nodes,
+    attachment_identity,
     attachment_pv,
+    claim_ref,
     is_terminal,
     meta,
     pod_claims,
     spec,
+    volume_identity,
 )
 from .validate import InvalidObject, check_objects
 
@@ -69,9 +72,11 @@ class ClusterState:
     """
 
     __slots__ = (
+        "_attachments_by_disk",
         "_attachments_by_pv",
         "_by_claim",
         "_by_node",
+        "_pvs_by_disk",
         "_requests_memo",
         "_usage_memo",
         "namespace",
@@ -94,6 +99,8 @@ class ClusterState:
     _by_claim: Mapping[str, tuple[Obj, ...]]
     _by_node: Mapping[str, tuple[Obj, ...]]
     _attachments_by_pv: Mapping[str, tuple[Obj, ...]]
+    _attachments_by_disk: Mapping[tuple[str, str], tuple[Obj, ...]]
+    _pvs_by_disk: Mapping[tuple[str, str], tuple[str, ...]]
     _requests_memo: dict[int, tuple[Obj, Mapping[str, int]]]
     _usage_memo: dict[str, tuple[dict[str, int], int]]
 
@@ -137,13 +144,26 @@ class ClusterState:
             if node_name:
                 by_node.setdefault(node_name, []).append(pod)
         by_pv: dict[str, list[Obj]] = {}
+        by_disk: dict[tuple[str, str], list[Obj]] = {}
         for va in self.volume_attachments or ():
             pv = attachment_pv(va)
             if pv:
                 by_pv.setdefault(pv, []).append(va)
+            inline = attachment_identity(va)
+            if inline:
+                by_disk.setdefault(inline, []).append(va)
+        # One disk may be exposed by several PVs (a second PV with the same CSI driver and
+        # handle, in another namespace): kube-controller-manager attaches it once, by that pair.
+        pvs_by_disk: dict[tuple[str, str], list[str]] = {}
+        for pv_name, pv_obj in self.pvs.items():
+            disk = volume_identity(pv_obj)
+            if disk:
+                pvs_by_disk.setdefault(disk, []).append(pv_name)
         set_(self, "_by_claim", {k: tuple(v) for k, v in by_claim.items()})
         set_(self, "_by_node", {k: tuple(v) for k, v in by_node.items()})
         set_(self, "_attachments_by_pv", {k: tuple(v) for k, v in by_pv.items()})
+        set_(self, "_attachments_by_disk", {k: tuple(v) for k, v in by_disk.items()})
+        set_(self, "_pvs_by_disk", {k: tuple(sorted(v)) for k, v in pvs_by_disk.items()})
         # Memos of values derived from the (immutable) pods: caches, never observable.
         set_(self, "_requests_memo", {})
         set_(self, "_usage_memo", {})
@@ -225,12 +245,45 @@ class ClusterState:
                 count -= 1
         return used, count
 
+    def same_disk(self, pv_name: str | None) -> tuple[str, ...]:
+        """The PVs (of this state) that expose the disk of PV ``pv_name``, itself included:
+        those with its CSI driver and volume handle; just ``pv_name`` without a CSI source."""
+        if not pv_name:
+            return ()
+        disk = volume_identity(self.pvs.get(pv_name))
+        found = self._pvs_by_disk.get(disk, ()) if disk else ()
+        return found if pv_name in found else (pv_name, *found)
+
+    def disk_attachments(self, pv_name: str | None) -> tuple[Obj, ...]:
+        """The VolumeAttachments of the disk of PV ``pv_name``, whichever PV (or inline volume)
+        they name; empty when unreadable."""
+        if not pv_name:
+            return ()
+        found = [va for name in self.same_disk(pv_name) for va in self.attachments_of(name)]
+        disk = volume_identity(self.pvs.get(pv_name))
+        if disk:
+            found.extend(self._attachments_by_disk.get(disk, ()))
+        return tuple({id(va): va for va in found}.values())
+
     def attached_nodes(self, namespace: str, claim: str) -> set[str]:
-        """Nodes the volume bound to ``claim`` is attached to (a detach may still be in
-        progress); empty when the attachments are unreadable."""
+        """Nodes the disk bound to ``claim`` is attached to (a detach may still be in
+        progress), through any PV that exposes it; empty when the attachments are unreadable."""
         pvc = self.pvc(namespace, claim)
         volume = spec(pvc).get("volumeName") if pvc is not None else None
-        return attached_nodes(self.attachments_of(volume))
+        return attached_nodes(self.disk_attachments(volume))
+
+    def pods_sharing_disk(self, namespace: str, claim: str) -> tuple[Obj, ...]:
+        """Pods that mount *another* claim bound to a PV exposing the disk of ``claim`` (the same
+        disk through a second PV, in this namespace or another): they hold it as surely."""
+        pvc = self.pvc(namespace, claim)
+        volume = spec(pvc).get("volumeName") if pvc is not None else None
+        own = f"{namespace}/{claim}"
+        found: list[Obj] = []
+        for name in self.same_disk(volume):
+            ref = claim_ref(self.pvs.get(name))
+            if ref and ref != own:
+                found.extend(self._by_claim.get(ref, ()))
+        return tuple(found)
 
     def pvc(self, namespace: str, name: str) -> Obj | None:
         return self.pvcs.get(f"{namespace}/{name}")

@@ -3,14 +3,16 @@
 
 Two readers with one interface, ``await reader.state_for(pod)`` -> :class:`ClusterState`:
 
-- :class:`ClusterView`: watches shared by every spawner of the hub (one per event loop and
-  namespace, started lazily by the first check): every pod of the hub namespace (whatever its
-  labels: a backup Job's pod holds a claim as surely as a server does), the namespace's claims,
-  and where RBAC allows it Nodes, PersistentVolumes, VolumeAttachments and the pods of every
-  namespace.  Indexes by claim and by node are updated per watch event, so a check reads the
-  user's pods and the pinned node's pods, never the whole cache.  A collection whose watch broke
-  (connection error, API restart, 410 Gone) is re-listed; until it is live again the view is not
-  trusted and the check reads the API directly, which the log and a metric say.
+- :class:`ClusterView`: the view of one namespace on watches shared by every spawner of the hub
+  (:class:`HubWatches`: one set per event loop whatever the number of namespaces, started
+  lazily by the first check): every pod and claim (of the cluster where RBAC allows it, else of
+  each namespace; whatever its labels: a backup Job's pod holds a claim as surely as a server
+  does), and where RBAC allows it Nodes, PersistentVolumes and VolumeAttachments.  Indexes by
+  claim, by node and by disk are updated per watch event, so a check reads the user's pods and
+  the pinned node's pods, never the whole cache.  A collection whose watch broke (connection
+  error, API restart, 410 Gone) or went silent (no event or bookmark for ``stale_after``) is
+  re-listed; until it is live again the view is not trusted and the check reads the API
+  directly, which the log and a metric say.
 - :class:`DirectReader`: plain reads for one decision (the fallback, and ``explain`` / ``audit``,
   which run once and need no watch).
 
@@ -32,14 +34,17 @@ from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, ClassVar, TypeVar
 
 from . import metrics
+from .config import DEFAULT_WATCH_STALE_SECONDS, FRESH_SECONDS
 from .objects import (
     JsonDict,
     Obj,
     attached_nodes,
     attachment_pv,
+    claim_ref,
     holds_volume,
     known_shared,
     pod_claims,
+    volume_identity,
 )
 from .state import ClusterState
 
@@ -54,6 +59,8 @@ _T = TypeVar("_T")
 NODES_GET = ("get", "nodes")
 NODES_LIST = ("list", "nodes")
 PVS_GET = ("get", "persistentvolumes")
+PVS_LIST = ("list", "persistentvolumes")
+OTHER_PODS_LIST = ("list", "pods in other namespaces")
 ATTACHMENTS_LIST = ("list", "volumeattachments")
 ALL_PODS_LIST = ("list", "pods in all namespaces")
 
@@ -237,9 +244,10 @@ class Collection:
     forbidden_retry_seconds: ClassVar[float] = 600.0
     #: objects per page of a LIST
     page_size: ClassVar[int] = 500
-    #: seconds without a byte on a WATCH after which its path counts as dead: kube-apiserver
-    #: sends a bookmark about every minute even when nothing changes
-    watch_idle_seconds: ClassVar[float] = 120.0
+    #: seconds without an event or a bookmark after which a WATCH counts as dead (its network
+    #: path may be gone while the connection looks open): kube-apiserver sends a bookmark about
+    #: every minute even when nothing changes.  The view sets it (``stale_after``).
+    stale_after: float = DEFAULT_WATCH_STALE_SECONDS
 
     def __init__(
         self,
@@ -266,11 +274,33 @@ class Collection:
         self.error: str | None = None
         self.resyncs = 0
         self.resource_version: str | None = None
+        #: time.monotonic() of the last proof that the watch's path carries data: the LIST, the
+        #: WATCH's answer, any event or bookmark (None before the first)
+        self.last_seen: float | None = None
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
         if self._task is None or self._task.done():
             self._task = asyncio.ensure_future(self._run())
+
+    def quiet_seconds(self) -> float:
+        """Seconds since the last event or bookmark (or LIST); infinite before the first."""
+        return float("inf") if self.last_seen is None else time.monotonic() - self.last_seen
+
+    def relist(self) -> None:
+        """Drop the current WATCH and list again (it may be silent on a dead path); not live
+        until the LIST answered."""
+        if self._task is None or self._task.done() or self.forbidden:
+            return
+        self._task.cancel()
+        self._task = None
+        self._set_live(False)
+        self.error = f"no event or bookmark for {self.quiet_seconds():.0f} s: listing again"
+        self.last_seen = None
+        self.resyncs += 1
+        metrics.observe_view_resync(self.name)
+        log.warning("colocate: watch of %s is quiet; %s", self.name, self.error)
+        self.start()
 
     async def stop(self) -> None:
         task, self._task = self._task, None
@@ -319,6 +349,7 @@ class Collection:
         )
         self._replace_all(items, transformed=True)
         self.resource_version = version
+        self.last_seen = time.monotonic()
 
     async def _watch(self) -> None:
         """One WATCH until the server ends it (normal) or it fails (raises)."""
@@ -331,7 +362,7 @@ class Collection:
             allow_watch_bookmarks=True,
             timeout_seconds=self.watch_timeout_seconds,
             _request_timeout=aiohttp.ClientTimeout(
-                total=self.watch_timeout_seconds + 30, sock_read=self.watch_idle_seconds
+                total=self.watch_timeout_seconds + 30, sock_read=self.stale_after
             ),
             _preload_content=False,
         )
@@ -339,6 +370,7 @@ class Collection:
             if response.status != 200:
                 raise ApiError(response.status, response.reason or "", f"watch {self.name}")
             self._set_live(True)
+            self.last_seen = time.monotonic()
             buffer = b""
             async for chunk in response.content.iter_any():
                 lines = (buffer + chunk).split(b"\n")
@@ -360,6 +392,7 @@ class Collection:
             self._drop(obj)
         if version:
             self.resource_version = version
+        self.last_seen = time.monotonic()  # an event or a bookmark: the path carries data
 
     async def _run(self) -> None:
         backoff = self.min_backoff
@@ -445,6 +478,15 @@ def _node_keys(pod: Obj) -> list[str]:
 def _attachment_keys(va: Obj) -> list[str]:
     pv = attachment_pv(va)
     return [pv] if pv else []
+
+
+def _disk_key(disk: tuple[str, str]) -> str:
+    return "^".join(disk)  # kube-controller-manager's unique volume name joins them so
+
+
+def _disk_keys(pv: Obj) -> list[str]:
+    disk = volume_identity(pv)
+    return [_disk_key(disk)] if disk else []
 
 
 def _pv_names(pvcs: Iterable[Obj]) -> set[str]:
@@ -551,6 +593,11 @@ class DirectReader:
         exclusive_volumes = _pv_names(
             self.pvcs[k] for c in exclusive if (k := f"{self.namespace}/{c}") in self.pvcs
         )
+        # the same disks through other PVs (same CSI driver and handle) hold them as surely
+        sharers, known_pvs = await self._same_disk(exclusive_volumes)
+        exclusive_volumes |= known_pvs.keys()
+        volumes |= known_pvs.keys()
+        claimers += sharers
         attachments: list[JsonDict] | None = []
         holders = _candidate_nodes(claimers, [])
         if (exclusive_volumes and not holders) or (volumes and extra_claims):
@@ -566,12 +613,15 @@ class DirectReader:
                 break
             if node is not None:
                 found_nodes[name] = node
-        pvs: dict[str, JsonDict] = {}
-        for volume in sorted(volumes):
+        pvs: dict[str, JsonDict] = dict(known_pvs)
+        for volume in sorted(volumes - pvs.keys()):
+            if PVS_GET in self.denied:
+                break
             pv = await self._optional(PVS_GET, self.core.read_persistent_volume, volume)
             if pv is not None:
                 pvs[volume] = pv
         pods = list(self.pods)
+        pods += [p for p in sharers if (p.get("metadata") or {}).get("namespace") != self.namespace]
         complete = True
         if nodes:
             seen = {_key(p) for p in pods}
@@ -596,6 +646,42 @@ class DirectReader:
             node_pods_complete=complete,
             namespace=self.namespace,
         )
+
+    async def _same_disk(self, volumes: set[str]) -> tuple[list[JsonDict], dict[str, JsonDict]]:
+        """The disks of ``volumes`` through other PVs (same CSI driver and handle): the pods
+        mounting the claims those PVs are bound to, and every PV read (``volumes``' own included),
+        by name.  Nothing when PVs may not be listed (noted in ``denied``)."""
+        own: dict[str, JsonDict] = {}
+        for volume in sorted(volumes):
+            pv = await self._optional(PVS_GET, self.core.read_persistent_volume, volume)
+            if pv is not None:
+                own[volume] = dict(pv, kind="PersistentVolume")
+        disks = {d for pv in own.values() if (d := volume_identity(pv))}
+        if not disks:
+            return [], own
+        listing = await self._optional(PVS_LIST, self.core.list_persistent_volume)
+        others = {
+            str(name): dict(pv, kind="PersistentVolume")
+            for pv in (listing or {}).get("items") or []
+            if (name := (pv.get("metadata") or {}).get("name"))
+            and name not in own
+            and volume_identity(pv) in disks
+        }
+        pods: list[JsonDict] = []
+        for name in sorted(others):
+            ref = claim_ref(others[name])
+            if ref is None:
+                continue
+            namespace, _, claim = ref.partition("/")
+            if namespace == self.namespace:
+                assert self.pods is not None
+                pods += [p for p in self.pods if claim in pod_claims(p)]
+                continue
+            found = await self._optional(OTHER_PODS_LIST, self.core.list_namespaced_pod, namespace)
+            pods += [
+                slim_pod(p) for p in (found or {}).get("items") or [] if claim in pod_claims(p)
+            ]
+        return pods, {**own, **others}
 
     async def everything(self) -> ClusterState:
         """For ``audit``: the namespace's pods and claims, every Node and VolumeAttachment."""
@@ -653,85 +739,54 @@ class ViewNotLive(Exception):
     """The view cannot be trusted now (a watch is broken or not listed yet)."""
 
 
-class ClusterView:
-    """Watches of one namespace (and of what RBAC lets it see cluster-wide), shared by every
-    spawner of the hub in one event loop.  Get it with :meth:`shared`."""
+class HubWatches:
+    """The cluster-wide watches of one hub, in one event loop, whatever the number of
+    namespaces its servers run in (``enable_user_namespaces``): every pod and every claim of the
+    cluster when RBAC allows it, Nodes, PersistentVolumes, VolumeAttachments, and the indexes on
+    them.  Each namespace's :class:`ClusterView` reads them; a namespace watches its own pods or
+    claims only when the cluster-wide LIST is forbidden."""
 
-    _views: ClassVar[dict[tuple[int, str], ClusterView]] = {}
-    #: seconds the first check waits for the first LISTs before reading the API directly
-    first_sync_seconds: ClassVar[float] = 2.0
-
-    @classmethod
-    def shared(cls, api_client: Any, namespace: str) -> ClusterView:
-        """The view of ``namespace`` for the running event loop (created on first use)."""
-        loop = asyncio.get_running_loop()
-        key = (id(loop), namespace)
-        view = cls._views.get(key)
-        if view is None or view._loop is not loop or view._closed:
-            view = cls._views[key] = cls(api_client, namespace)
-        return view
-
-    @classmethod
-    async def stop_all(cls, namespace: str | None = None) -> None:
-        """Stop the shared views (of ``namespace``, or all): tests and benchmarks."""
-        for key, view in list(cls._views.items()):
-            if namespace is None or key[1] == namespace:
-                cls._views.pop(key, None)
-                await view.stop()
-
-    def __init__(self, api_client: Any, namespace: str) -> None:
+    def __init__(self, api_client: Any) -> None:
         from kubernetes_asyncio import client
 
-        self.namespace = namespace
         self.api_client = api_client
         self._loop = asyncio.get_running_loop()
-        self._closed = False
+        self.closed = False
+        self._started = False
         core = client.CoreV1Api(api_client)
         storage = client.StorageV1Api(api_client)
         self.core = core
+        self.storage = storage
+        #: the namespaces' views reading these watches
+        self.views: dict[str, ClusterView] = {}
         self.by_claim = _Index(_claim_keys)
         self.by_node = _Index(_node_keys)
         self.attachments_by_pv = _Index(_attachment_keys)
-
-        shared = Shared()
-
-        def slim(pod: Obj) -> JsonDict:
-            return slim_pod(pod, shared)
-
-        def pods_changed(old: JsonDict | None, new: JsonDict | None) -> None:
-            self.by_claim.change(old, new)
-            self.by_node.change(old, new)
+        self.pvs_by_disk = _Index(_disk_keys)
+        self.shared = Shared()
 
         def with_kind(kind: str) -> Callable[[Obj], JsonDict]:
             return lambda obj: dict(obj, kind=kind)
 
-        # Every pod of the cluster when RBAC allows it (the pinned node's pods of other
-        # namespaces count toward its capacity), else the namespace's pods.
         self.all_pods = Collection(
             "pods (all namespaces)",
             core.list_pod_for_all_namespaces,
-            transform=slim,
-            on_change=pods_changed,
+            transform=self.slim,
+            on_change=self.pods_changed,
             on_forbidden=self._namespace_pods_only,
         )
-        self.ns_pods = Collection(
-            f"pods ({namespace})",
-            core.list_namespaced_pod,
-            (namespace,),
-            transform=slim,
-            on_change=pods_changed,
-        )
-        self.pvcs = Collection(
-            f"persistentvolumeclaims ({namespace})",
-            core.list_namespaced_persistent_volume_claim,
-            (namespace,),
+        self.all_pvcs = Collection(
+            "persistentvolumeclaims (all namespaces)",
+            core.list_persistent_volume_claim_for_all_namespaces,
             transform=with_kind("PersistentVolumeClaim"),
+            on_forbidden=self._namespace_claims_only,
         )
         self.nodes = Collection("nodes", core.list_node, transform=slim_node)
         self.pvs = Collection(
             "persistentvolumes",
             core.list_persistent_volume,
             transform=with_kind("PersistentVolume"),
+            on_change=self.pvs_by_disk.change,
         )
         self.attachments = Collection(
             "volumeattachments",
@@ -739,56 +794,256 @@ class ClusterView:
             transform=with_kind("VolumeAttachment"),
             on_change=self.attachments_by_pv.change,
         )
-        self._started = False
         #: whether a field-selector LIST of pods of all namespaces is allowed (None: unknown)
-        self._node_pods_listable: bool | None = None
+        self.node_pods_listable: bool | None = None
 
-    # ----------------------------------------------------------------------------------------
-    # lifecycle
+    def slim(self, pod: Obj) -> JsonDict:
+        return slim_pod(pod, self.shared)
+
+    def pods_changed(self, old: JsonDict | None, new: JsonDict | None) -> None:
+        self.by_claim.change(old, new)
+        self.by_node.change(old, new)
+
+    def collections(self) -> list[Collection]:
+        """The cluster-wide collections (each one LIST and one WATCH at a time)."""
+        return [self.all_pods, self.all_pvcs, self.nodes, self.pvs, self.attachments]
+
+    def usable_in(self, loop: asyncio.AbstractEventLoop) -> bool:
+        return self._loop is loop and not self.closed
 
     def start(self) -> None:
         """Start the watches (idempotent; the first check calls it)."""
         if self._started:
             return
         self._started = True
-        for collection in (self.all_pods, self.pvcs, self.nodes, self.pvs, self.attachments):
+        for collection in self.collections():
             collection.start()
 
+    def set_stale_after(self, seconds: float) -> None:
+        for collection in self.collections():
+            collection.stale_after = seconds
+        for view in self.views.values():
+            for collection in (view.ns_pods, view.ns_pvcs):
+                collection.stale_after = seconds
+
     def _namespace_pods_only(self) -> None:
-        """Pods of all namespaces may not be listed or watched: watch the namespace's."""
-        if not self._closed:
+        """Pods of all namespaces may not be listed or watched: each namespace watches its own."""
+        if not self.closed:
+            for view in self.views.values():
+                view.ns_pods.start()
+
+    def _namespace_claims_only(self) -> None:
+        if not self.closed:
+            for view in self.views.values():
+                view.ns_pvcs.start()
+
+    async def stop(self) -> None:
+        self.closed = True
+        for collection in self.collections():
+            await collection.stop()
+        for view in list(self.views.values()):
+            await view.stop()
+
+
+class ClusterView:
+    """The live view of one namespace, shared by every spawner of the hub in one event loop:
+    the hub's cluster-wide watches (:class:`HubWatches`, one set for every namespace), and this
+    namespace's own pods or claims only where RBAC forbids the cluster-wide ones.  Get it with
+    :meth:`shared`."""
+
+    _hubs: ClassVar[dict[int, HubWatches]] = {}
+    #: seconds the first check waits for the first LISTs before reading the API directly
+    first_sync_seconds: ClassVar[float] = 2.0
+    #: seconds since a watch's last event or bookmark within which an unpinned decision is taken
+    #: from memory alone (else confirmed by one namespaced LIST)
+    fresh_seconds: ClassVar[float] = FRESH_SECONDS
+
+    @classmethod
+    def shared(cls, api_client: Any, namespace: str) -> ClusterView:
+        """The view of ``namespace`` for the running event loop (created on first use), on the
+        one set of cluster-wide watches of the loop's hub."""
+        loop = asyncio.get_running_loop()
+        hub = cls._hubs.get(id(loop))
+        if hub is None or not hub.usable_in(loop):
+            hub = cls._hubs[id(loop)] = HubWatches(api_client)
+        view = hub.views.get(namespace)
+        if view is None:
+            view = cls(api_client, namespace, hub=hub)
+        return view
+
+    @classmethod
+    def hubs(cls) -> list[HubWatches]:
+        """The hubs' watches that run (one per event loop): tests and metrics count them."""
+        return [h for h in cls._hubs.values() if not h.closed]
+
+    @classmethod
+    async def stop_all(cls, namespace: str | None = None) -> None:
+        """Stop the shared watches (of the hubs that serve ``namespace``, or all): tests and
+        benchmarks, to have a hub whose view has not listed yet."""
+        for key, hub in list(cls._hubs.items()):
+            if namespace is None or namespace in hub.views:
+                cls._hubs.pop(key, None)
+                await hub.stop()
+
+    def __init__(self, api_client: Any, namespace: str, *, hub: HubWatches | None = None) -> None:
+        from kubernetes_asyncio import client
+
+        #: a view made on its own (a benchmark) has watches of its own
+        self.hub = hub if hub is not None else HubWatches(api_client)
+        self._own_hub = hub is None
+        self.namespace = namespace
+        self.api_client = api_client
+        self._closed = False
+        core = client.CoreV1Api(api_client)
+        self.core = core
+        self.stale_after = DEFAULT_WATCH_STALE_SECONDS
+        self.ns_pods = Collection(
+            f"pods ({namespace})",
+            core.list_namespaced_pod,
+            (namespace,),
+            transform=self.hub.slim,
+            on_change=self.hub.pods_changed,
+        )
+        self.ns_pvcs = Collection(
+            f"persistentvolumeclaims ({namespace})",
+            core.list_namespaced_persistent_volume_claim,
+            (namespace,),
+            transform=lambda obj: dict(obj, kind="PersistentVolumeClaim"),
+        )
+        self.hub.views[namespace] = self
+        self._started = False
+
+    # the hub's collections and indexes, read through this view
+    all_pods = property(lambda self: self.hub.all_pods)
+    nodes = property(lambda self: self.hub.nodes)
+    pvs = property(lambda self: self.hub.pvs)
+    attachments = property(lambda self: self.hub.attachments)
+    by_claim = property(lambda self: self.hub.by_claim)
+    by_node = property(lambda self: self.hub.by_node)
+    attachments_by_pv = property(lambda self: self.hub.attachments_by_pv)
+    pvs_by_disk = property(lambda self: self.hub.pvs_by_disk)
+
+    @property
+    def _node_pods_listable(self) -> bool | None:
+        return self.hub.node_pods_listable
+
+    @_node_pods_listable.setter
+    def _node_pods_listable(self, value: bool | None) -> None:
+        self.hub.node_pods_listable = value
+
+    # ----------------------------------------------------------------------------------------
+    # lifecycle
+
+    def start(self) -> None:
+        """Start the watches (idempotent; the first check calls it)."""
+        self.hub.start()
+        if self._started:
+            return
+        self._started = True
+        if self.hub.all_pods.forbidden:
             self.ns_pods.start()
+        if self.hub.all_pvcs.forbidden:
+            self.ns_pvcs.start()
 
     async def stop(self) -> None:
         self._closed = True
-        for collection in self._collections():
+        if self.hub.views.get(self.namespace) is self:
+            del self.hub.views[self.namespace]
+        for collection in (self.ns_pods, self.ns_pvcs):
             await collection.stop()
+        if self._own_hub:
+            await self.hub.stop()
 
     def _collections(self) -> list[Collection]:
-        return [self.all_pods, self.ns_pods, self.pvcs, self.nodes, self.pvs, self.attachments]
+        return [*self.hub.collections(), self.ns_pods, self.ns_pvcs]
 
     @property
     def pods(self) -> Collection:
         """The pod collection in use."""
-        return self.ns_pods if self.all_pods.forbidden else self.all_pods
+        return self.ns_pods if self.hub.all_pods.forbidden else self.hub.all_pods
+
+    @property
+    def pvcs(self) -> Collection:
+        """The claim collection in use."""
+        return self.ns_pvcs if self.hub.all_pvcs.forbidden else self.hub.all_pvcs
 
     def problems(self) -> list[str]:
-        """Why the view is not live now (empty when it is)."""
+        """Why the view is not live now (empty when it is).  A watch quiet for longer than
+        ``stale_after`` (no event, no bookmark: kube-apiserver sends one about every minute) may
+        be a dead network path that looks open: it is listed again, and not trusted till then."""
         if not self._started:
             return ["not started"]
+        self.hub.set_stale_after(self.stale_after)
         found = []
-        if not (self.all_pods.live or self.ns_pods.live):
-            found.append(f"{self.pods.name}: {self.pods.error or 'not listed yet'}")
-        for collection in (self.pvcs, self.nodes, self.pvs, self.attachments):
-            if collection.forbidden:
+        for collection in (self.pods, self.pvcs, self.nodes, self.pvs, self.attachments):
+            if collection.forbidden and collection not in (self.pods, self.pvcs):
                 continue
             if not collection.live:
                 found.append(f"{collection.name}: {collection.error or 'not listed yet'}")
+            elif collection.quiet_seconds() > self.stale_after:
+                found.append(
+                    f"{collection.name}: no event or bookmark for "
+                    f"{collection.quiet_seconds():.0f} s (more than {self.stale_after:g} s)"
+                )
+                collection.relist()
         return found
 
     @property
     def live(self) -> bool:
         return not self.problems()
+
+    def fresh(self) -> bool:
+        """The watches an unpinned decision rests on (pods, attachments) had an event or a
+        bookmark within ``fresh_seconds``: nothing can have been missed since."""
+        watched = [self.pods] + ([] if self.attachments.forbidden else [self.attachments])
+        return all(c.quiet_seconds() <= self.fresh_seconds for c in watched)
+
+    async def confirm_unpinned(self, pod: Obj, claims: Iterable[str]) -> bool:
+        """One namespaced LIST of pods (and one of VolumeAttachments, when readable) agrees with
+        the view that nothing holds ``claims`` (exclusive claims of ``pod``) and no attachment
+        pins them; False when it does not, and the view is listed again (its watch missed it)."""
+        wanted = set(claims)
+        own_name = (pod.get("metadata") or {}).get("name")
+        (listed, _), volumes = await asyncio.gather(
+            list_all(self.core.list_namespaced_pod, self.namespace, transform=slim_pod),
+            self._confirm_attachments(wanted),
+        )
+        held = [
+            p
+            for p in listed
+            if (p.get("metadata") or {}).get("name") != own_name
+            and holds_volume(p)
+            and wanted.intersection(pod_claims(p))
+        ]
+        if not held and not volumes:
+            return True
+        missed = [(p.get("metadata") or {}).get("name") for p in held] + sorted(volumes)
+        log.warning(
+            "colocate: the live view of %s missed %s (a quiet watch); listing it again",
+            self.namespace,
+            ", ".join(str(m) for m in missed),
+        )
+        self.pods.relist()
+        if volumes:
+            self.attachments.relist()
+        return False
+
+    async def _confirm_attachments(self, claims: set[str]) -> set[str]:
+        """The PVs of ``claims`` (and of their disks) that a VolumeAttachment says are attached."""
+        if self.attachments.forbidden:
+            return set()
+        volumes = _pv_names(
+            pvc for c in claims if (pvc := self.pvcs.items.get(f"{self.namespace}/{c}"))
+        )
+        volumes |= self._same_disk(volumes, {})
+        if not volumes:
+            return set()
+        listing = await read_json(self.hub.storage.list_volume_attachment)
+        return {
+            pv
+            for va in listing.get("items") or []
+            if (pv := attachment_pv(va)) in volumes and attached_nodes([va])
+        }
 
     async def wait_live(self, timeout: float) -> bool:
         """Wait up to ``timeout`` seconds for every watch to be listed and live."""
@@ -857,7 +1112,10 @@ class ClusterView:
                     pods[_key(p)] = p
                 if pvc is not None:
                     exclusive.append(pvc)
-        volumes = _pv_names(gathered.pvcs.values())
+        exclusive_volumes = _pv_names(exclusive)
+        # the same disks through other PVs (same CSI driver and handle) hold them as surely
+        exclusive_volumes |= self._same_disk(exclusive_volumes, pods)
+        volumes = _pv_names(gathered.pvcs.values()) | exclusive_volumes
         if self.attachments.forbidden:
             gathered.attachments = None
         else:
@@ -866,7 +1124,6 @@ class ClusterView:
             ]
         if not self.pvs.forbidden:
             gathered.pvs = {v: self.pvs.items[v] for v in volumes if v in self.pvs.items}
-        exclusive_volumes = _pv_names(exclusive)
         candidates = _candidate_nodes(
             pods.values(),
             [va for va in gathered.attachments or [] if attachment_pv(va) in exclusive_volumes],
@@ -893,6 +1150,22 @@ class ClusterView:
         elif self.all_pods.forbidden and candidates:
             gathered.complete = False
         return gathered
+
+    def _same_disk(self, volumes: set[str], pods: dict[str, JsonDict]) -> set[str]:
+        """The other PVs exposing the disks of ``volumes`` (same CSI driver and handle), and
+        into ``pods`` the pods mounting the claims those PVs are bound to (any namespace the
+        pod watch covers): they hold the disk as surely as a pod of the claim itself."""
+        others: set[str] = set()
+        for volume in volumes:
+            disk = volume_identity(self.pvs.items.get(volume))
+            if disk is not None:
+                others.update(_key(pv) for pv in self.pvs_by_disk.get(_disk_key(disk)))
+        others -= volumes
+        for name in sorted(others):
+            ref = claim_ref(self.pvs.items.get(name))
+            for p in self.by_claim.get(ref) if ref else ():
+                pods[_key(p)] = p
+        return others
 
     async def _confirm_node(self, name: str) -> JsonDict | None:
         """A node the watch does not have: just created (the watch lags) or deleted.  Ask."""

@@ -220,9 +220,25 @@ def pvc(
     }
 
 
-def pv(name: str, *, terms: Iterable[Mapping] | None = None) -> dict:
-    """A PV; ``terms`` become its required node affinity."""
+def pv(
+    name: str,
+    *,
+    terms: Iterable[Mapping] | None = None,
+    csi: tuple[str, str] | None = None,
+    claim: str | None = None,
+) -> dict:
+    """A PV; ``terms`` become its required node affinity, ``csi`` is its (driver, volume
+    handle), ``claim`` (``namespace/name``) its claimRef."""
     spec: dict = {"capacity": {"storage": "10Gi"}}
+    if csi is not None:
+        spec["csi"] = {"driver": csi[0], "volumeHandle": csi[1]}
+    if claim is not None:
+        namespace, _, claim_name = claim.partition("/")
+        spec["claimRef"] = {
+            "kind": "PersistentVolumeClaim",
+            "namespace": namespace,
+            "name": claim_name,
+        }
     if terms is not None:
         spec["nodeAffinity"] = {"required": {"nodeSelectorTerms": [dict(t) for t in terms]}}
     return {

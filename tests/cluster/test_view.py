@@ -294,3 +294,126 @@ async def test_a_holder_on_a_deleted_node_is_refused_as_node_not_found(kube, spa
     message = refused.value.jupyterhub_message
     assert "no longer exists" in message and "administrator" in message
     assert "stop your default server" not in message
+
+
+async def _other_namespace(kube, suffix: str) -> str:
+    from kubernetes_asyncio import client
+
+    namespace = f"{kube.namespace}-{suffix}"
+    await kube.core.create_namespace(
+        client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace))
+    )
+    return namespace
+
+
+async def _drop_namespace(kube, namespace: str) -> None:
+    from kube import helpers
+    from kube.spawning import stop_reflectors
+
+    await stop_reflectors(namespace)
+    await helpers.cleanup(kube.api_client, namespace)
+    await helpers.delete_namespace(kube.api_client, namespace)
+
+
+async def test_the_same_disk_held_in_another_namespace_through_a_second_pv_pins(kube, spawners):
+    from kube import helpers
+
+    await kube.create_node("node-a", cpu="16")  # the scheduler alone would choose node-a
+    await kube.create_node("node-b", cpu="4")
+    _, home = await kube.create_bound_claim("claim-alice")
+    backups = await _other_namespace(kube, "backups")
+    try:
+        # A second PV of alice's disk (same CSI driver and volume handle), bound to a claim of
+        # another namespace, mounted there by a backup pod on node-b.
+        second = {
+            "apiVersion": "v1",
+            "kind": "PersistentVolume",
+            "metadata": {
+                "name": f"pv2-{kube.namespace}",
+                "labels": {helpers.LABEL_NAMESPACE: backups},  # the cleanup deletes it
+            },
+            "spec": {
+                "capacity": {"storage": "1Gi"},
+                "accessModes": ["ReadWriteOnce"],
+                "persistentVolumeReclaimPolicy": "Retain",
+                "storageClassName": home["spec"]["storageClassName"],
+                "volumeMode": "Filesystem",
+                "csi": dict(home["spec"]["csi"]),
+                "claimRef": {"namespace": backups, "name": "alice-home"},
+            },
+        }
+        await kube.core.create_persistent_volume(second)
+        await kube.core.create_namespaced_persistent_volume_claim(
+            backups,
+            {
+                "metadata": {"name": "alice-home"},
+                "spec": {
+                    "accessModes": ["ReadWriteOnce"],
+                    "resources": {"requests": {"storage": "1Gi"}},
+                    "storageClassName": home["spec"]["storageClassName"],
+                    "volumeName": second["metadata"]["name"],
+                },
+            },
+        )
+        await helpers.wait_for_claim_bound(kube.api_client, backups, "alice-home")
+        body = builders.kube_pod(
+            "backup-alice",
+            node_name="node-b",
+            containers=[builders.container("backup", image="restic/restic")],
+            claims=["alice-home"],
+        )
+        await kube.core.create_namespaced_pod(backups, body)
+
+        lab = spawners.make("alice")
+        await spawners.start(lab)
+        assert (await pod_of(kube, lab))["spec"]["nodeName"] == "node-b"
+        decision = lab._colocation_decision
+        assert (decision.node, decision.pinned_by) == ("node-b", "holders")
+        assert decision.holders == ["backup-alice"]
+    finally:
+        await spawners.stop_all()
+        await _drop_namespace(kube, backups)
+
+
+async def test_servers_in_many_namespaces_share_one_set_of_cluster_wide_watches(kube, spawners):
+    from kube import helpers
+
+    await kube.create_node("node-a", cpu="16")
+    users = ["alice", "bob", "carol"]
+    namespaces = {}
+    for user in users:
+        namespaces[user] = await _other_namespace(kube, user)
+        await helpers.create_bound_claim(kube.api_client, namespaces[user], f"claim-{user}")
+    per_user = {
+        "enable_user_namespaces": True,
+        "user_namespace_template": f"{kube.namespace}-{{username}}",
+    }
+    try:
+        servers = [spawners.make(user, **per_user) for user in users]
+        for server in servers:
+            await spawners.start(server)
+        views = [server.colocation_view() for server in servers]
+        assert [v.namespace for v in views] == [namespaces[u] for u in users]
+
+        # One hub, one set of cluster-wide watches: not one per namespace.
+        assert len(ClusterView.hubs()) == 1
+        hub = views[0].hub
+        assert all(v.hub is hub for v in views)
+        watching = [c.name for c in hub.collections() if c._task and not c._task.done()]
+        assert len(watching) == 5, watching
+        per_namespace = [c.name for v in views for c in (v.ns_pods, v.ns_pvcs) if c._task]
+        assert per_namespace == []
+
+        # Each namespace still decides on its own pods: alice's app joins her lab.
+        app = spawners.make("alice", "app", **per_user)
+        await spawners.start(app)
+        lab_pod = await kube.core.read_namespaced_pod(servers[0].pod_name, namespaces["alice"])
+        decision = app._colocation_decision
+        assert decision.node == lab_pod.spec.node_name
+        assert decision.holders == [servers[0].pod_name]
+        assert len(ClusterView.hubs()) == 1
+    finally:
+        await spawners.stop_all()
+        await ClusterView.stop_all()
+        for namespace in namespaces.values():
+            await _drop_namespace(kube, namespace)

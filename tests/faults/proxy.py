@@ -12,7 +12,12 @@ spawner's loop (the hub's) carries nothing of it.  Faults, settable while it run
 - ``reset_watches()``: cut every open watch stream (the reflectors must notice and re-list);
 - ``hold``: a predicate on (method, path); matching requests wait until ``release()`` and are then
   forwarded even if their client gave up meanwhile: a request that reached a stalled apiserver
-  and is carried out when it resumes.
+  and is carried out when it resumes;
+- ``blackhole``: a predicate on the path; matching watch streams stay open but carry nothing
+  from then on (a dropped NAT or load-balancer flow: no error, no byte);
+- ``refuse_on(predicate, seconds)``: the first request matching (method, path, query) starts
+  ``seconds`` of an API server restart as a client sees it: every open connection is cut and
+  new ones are refused (the listening socket is closed, then opened again on the same port).
 
 Test scaffolding, not part of the library.
 """
@@ -68,6 +73,9 @@ class FaultProxy:
         self.fail_next: int | None = None  # fail this many requests, then forward again
         self.fail_watches = False
         self.hold = None  # callable(method, path) -> bool
+        self.blackhole = None  # callable(path) -> bool, for watch streams
+        self._refuse_trigger = None  # (callable(method, path, query) -> bool, seconds)
+        self.refusals = 0  # refusal windows started
         self.counts = Counts()
         self._released: asyncio.Event | None = None
         self.url: str | None = None
@@ -100,7 +108,14 @@ class FaultProxy:
             self.fail_probability = 1.0
             self.fail_next = None
             self.fail_watches = False
+        self.blackhole = None
+        self._refuse_trigger = None
         self.release()
+
+    def refuse_on(self, predicate, seconds: float) -> None:
+        """Once a request matches ``predicate(method, path, query)``: ``seconds`` of refused
+        connections (every open one cut, the port closed), then serve again."""
+        self._refuse_trigger = (predicate, seconds)
 
     def release(self) -> None:
         """Forward every held request, and hold no more."""
@@ -169,6 +184,7 @@ class FaultProxy:
         site = web.TCPSite(runner, "127.0.0.1", 0)
         await site.start()
         port = site._server.sockets[0].getsockname()[1]
+        self._runner, self._site, self._port = runner, site, port
         self.url = f"http://127.0.0.1:{port}"
         self._ready.set()
         try:
@@ -195,8 +211,28 @@ class FaultProxy:
                 self.counts.by_status[status] = self.counts.by_status.get(status, 0) + 1
             return self.latency, status
 
+    async def _refuse(self, seconds: float) -> None:
+        """Close the port and cut every connection (this request's too); open it again later."""
+        self.refusals += 1
+        await self._site.stop()
+        for handler in list(self._runner.server.connections):
+            if handler.transport is not None:
+                handler.transport.abort()
+
+        async def reopen() -> None:
+            await asyncio.sleep(seconds)
+            self._site = web.TCPSite(self._runner, "127.0.0.1", self._port)
+            await self._site.start()
+
+        self._reopening = asyncio.ensure_future(reopen())
+
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         watch = request.query.get("watch") in ("1", "true", "True")
+        trigger = self._refuse_trigger
+        if trigger is not None and trigger[0](request.method, request.path, request.query):
+            self._refuse_trigger = None
+            await self._refuse(trigger[1])
+            return web.Response(status=502)  # never sent: the connection is cut
         latency, status = self._fault_for(watch)
         if latency:
             await asyncio.sleep(latency)
@@ -232,6 +268,9 @@ class FaultProxy:
                 response = web.StreamResponse(status=upstream.status, headers=out_headers)
                 await response.prepare(request)
                 async for chunk in upstream.content.iter_any():
+                    blackhole = self.blackhole
+                    if blackhole is not None and blackhole(request.path):
+                        continue  # the stream stays open and silent
                     await response.write(chunk)
                 with contextlib.suppress(ConnectionError):
                     await response.write_eof()

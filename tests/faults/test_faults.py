@@ -225,3 +225,63 @@ async def test_two_seconds_of_latency_take_the_safe_side_and_the_spawn_starts(hu
     assert metric(SAFE_SIDE) == before + 1
     assert safe_side_logged(caplog)
     assert await pinned_node(hub, lab) == node
+
+
+# --------------------------------------------------------------------------------------------------
+# a watch that goes silent (a dropped NAT or load-balancer flow: open, no error, no byte)
+
+#: the live view's cluster-wide watches of pods and of VolumeAttachments (KubeSpawner's own
+#: reflectors watch namespaced paths and keep working)
+VIEW_WATCHES = {"/api/v1/pods", "/apis/storage.k8s.io/v1/volumeattachments"}
+
+
+async def test_a_silent_watch_does_not_hide_a_pod_that_starts_holding_the_home(hub):
+    import builders
+
+    node = await one_user_on_one_node(hub)
+    await hub.create_node(f"{hub.namespace}-n2", cpu="32")  # the scheduler alone would choose it
+    await hub.create_bound_claim("claim-bob")
+    bob = hub.make("bob")  # warms the hub: its reflectors and its live view are running
+    assert (await hub.spawn(bob)).started
+    view = bob.colocation_view()
+    assert await view.wait_live(30)
+
+    hub.proxy.blackhole = lambda path: path in VIEW_WATCHES
+    backup = builders.kube_pod(
+        "backup-alice",
+        node_name=node,
+        labels={"job-name": "backup"},
+        containers=[builders.container("backup", image="restic/restic")],
+        claims=["claim-alice"],
+    )
+    await hub.core.create_namespaced_pod(hub.namespace, backup)  # around the proxy
+    try:
+        while view.fresh():  # till the view's last event is older than "fresh"
+            await asyncio.sleep(0.1)
+        assert view.live and not view.has_pod(hub.namespace, "backup-alice")  # silent, trusted
+
+        lab = hub.make("alice", colocation_check_timeout=5.0)
+        outcome = await hub.spawn(lab)
+        assert outcome.started, outcome.error
+        decision = lab._colocation_decision
+        assert (decision.node, decision.holders) == (node, ["backup-alice"])
+        assert await pinned_node(hub, lab) == node
+    finally:
+        hub.proxy.blackhole = None
+        await hub.core.delete_namespaced_pod("backup-alice", hub.namespace, grace_period_seconds=0)
+
+
+# --------------------------------------------------------------------------------------------------
+# an API server restart shorter than k8s_api_request_retry_timeout
+
+
+async def test_a_two_second_api_restart_during_the_check_does_not_fail_the_spawn(hub):
+    node = await one_user_on_one_node(hub)
+    await running_app(hub, node)  # pins the lab: its check makes the dry run
+    lab = hub.make("alice")  # k8s_api_request_retry_timeout 8 s
+    # From the dry run on: every connection cut, new ones refused, for 2 s.
+    hub.proxy.refuse_on(lambda method, path, query: query.get("dryRun") == "All", 2.0)
+    outcome = await hub.spawn(lab)
+    assert hub.proxy.refusals == 1, "the restart never happened: the test proves nothing"
+    assert outcome.started, outcome.error
+    assert await pinned_node(hub, lab) == node

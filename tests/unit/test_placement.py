@@ -309,6 +309,95 @@ def test_the_node_is_pinned_by_holders_else_by_an_attached_volume(
     assert decision.pinned_by == expect_pinned_by
 
 
+DISK = ("disk.csi.example", "projects/p/disks/alice-home")
+#: the same disk exposed in namespace "backups" by a second PV (a snapshot-free copy job's)
+OTHER_PV = "pv-backups-alice-home"
+
+
+def same_disk_elsewhere(handle: tuple[str, str] = DISK) -> list[dict]:
+    """alice's home bound to a CSI PV, and a second PV of ``handle`` bound to a claim of
+    namespace "backups"."""
+    return [
+        pvc(HOME),
+        pv(f"pv-{HOME}", csi=DISK, claim=f"{NAMESPACE}/{HOME}"),
+        pvc("alice-home", namespace="backups", volume=OTHER_PV),
+        pv(OTHER_PV, csi=handle, claim="backups/alice-home"),
+    ]
+
+
+def backup_pod(node_name: str = "cpu-2", **kwargs) -> dict:
+    kwargs.setdefault("phase", "Running")
+    return pod("backup", namespace="backups", node_name=node_name, claims=["alice-home"], **kwargs)
+
+
+@pytest.mark.parametrize(
+    "test_variation_id, objects, expect_result, expect_pinned_by",
+    [
+        (
+            "the-disk-attached-through-a-second-pv-pins",
+            [*same_disk_elsewhere(), volume_attachment(OTHER_PV, "cpu-2")],
+            expect("colocate", "cpu-2"),
+            "attachment",
+        ),
+        (
+            "a-pod-of-another-namespace-holding-the-disk-pins",
+            [*same_disk_elsewhere(), backup_pod("cpu-2")],
+            expect("colocate", "cpu-2", holders=["backup"]),
+            "holders",
+        ),
+        (
+            "the-disk-held-elsewhere-and-a-server-here-is-split",
+            [*same_disk_elsewhere(), backup_pod("cpu-2"), lab("cpu-1")],
+            expect("refuse", reasons=["split-attachment"], holders=["backup", "jupyter-alice"]),
+            "holders",
+        ),
+        (
+            "a-finished-pod-of-another-namespace-holds-nothing",
+            [*same_disk_elsewhere(), backup_pod("cpu-2", phase="Succeeded")],
+            expect("colocate"),
+            None,
+        ),
+        (
+            "another-handle-is-another-disk",
+            [
+                *same_disk_elsewhere((DISK[0], "projects/p/disks/bob-home")),
+                backup_pod("cpu-2"),
+                volume_attachment(OTHER_PV, "cpu-2"),
+            ],
+            expect("colocate"),
+            None,
+        ),
+        (
+            "the-same-handle-of-another-driver-is-another-disk",
+            [
+                *same_disk_elsewhere(("nfs.csi.example", DISK[1])),
+                backup_pod("cpu-2"),
+                volume_attachment(OTHER_PV, "cpu-2"),
+            ],
+            expect("colocate"),
+            None,
+        ),
+    ],
+)
+def test_a_disk_is_known_by_its_driver_and_handle_whichever_pv_exposes_it(
+    test_variation_id, objects, expect_result, expect_pinned_by
+):
+    decision = decide(new_pod(), state(*BASE, *objects), Policy())
+    assert outcome(decision) == expect_result
+    assert decision.pinned_by == expect_pinned_by
+
+
+def test_a_read_write_once_pod_disk_held_through_a_second_pv_is_in_use():
+    objects = same_disk_elsewhere()
+    objects[0] = pvc(HOME, modes=[RWOP])
+    decision = decide(new_pod(), state(*BASE, *objects, backup_pod("cpu-2")), Policy())
+    assert (decision.verdict, decision.reasons, decision.busy_claims) == (
+        "refuse",
+        ["claim-in-use"],
+        [HOME],
+    )
+
+
 def test_split_attachment_names_the_nodes():
     others = [lab("cpu-2"), lab("cpu-1", name="jupyter-alice--app")]
     decision = decide(new_pod(), state(*BASE, pvc(HOME), *others), Policy())

@@ -51,6 +51,7 @@ async def test_defaults_follow_design_section_4():
     assert spawner.premium_resources == ["nvidia.com/gpu", "amd.com/gpu"]
     assert spawner.premium_node_policy == "warn"
     assert spawner.colocation_check_timeout == 5
+    assert spawner.colocation_watch_stale_seconds == 75
 
 
 async def test_storage_access_mode_is_caseless_and_drives_new_pvcs():
@@ -132,6 +133,12 @@ async def test_storage_access_mode_is_caseless_and_drives_new_pvcs():
             TraitError,
             ["colocation_check_timeout inf", "finite"],
         ),
+        (
+            "watch-stale-bound-shorter-than-a-bookmark",
+            {"colocation_watch_stale_seconds": 30},
+            TraitError,
+            ["colocation_watch_stale_seconds 30 cannot work", "at least 65", "bookmark"],
+        ),
     ],
 )
 async def test_bad_configuration_fails_with_a_message_naming_setting_value_and_choices(
@@ -204,6 +211,11 @@ async def test_bad_configuration_fails_with_a_message_naming_setting_value_and_c
             "check-timeout-too-short",
             {"ColocatingKubeSpawner": {"colocation_check_timeout": 0.001}},
             "at least 0.25 seconds",
+        ),
+        (
+            "watch-stale-bound-too-short",
+            {"ColocatingKubeSpawner": {"colocation_watch_stale_seconds": 10}},
+            "at least 65 seconds",
         ),
     ],
 )

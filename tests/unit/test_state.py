@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from builders import NAMESPACE, node, pod, pvc, running, state, volume_attachment
+from builders import NAMESPACE, node, pod, pv, pvc, running, state, volume_attachment
 
 from nebari_colocate.state import ClusterState
 
@@ -102,6 +102,32 @@ def test_attachments_are_indexed_by_persistent_volume():
     assert attachment["spec"]["nodeName"] == "cpu-1"
     assert snapshot.attachments_of("pv-other") == ()
     assert snapshot.attachments_of(None) == ()
+
+
+DISK = ("disk.csi.example", "vol-1")
+
+
+@pytest.mark.parametrize(
+    "test_variation_id, second, expect_same, expect_attached, expect_sharing",
+    [
+        ("same-driver-and-handle-is-one-disk", DISK, ["pv-b", "pv-claim-alice"], {"cpu-2"}, ["b"]),
+        ("another-handle", (DISK[0], "vol-2"), ["pv-claim-alice"], set(), []),
+        ("another-driver", ("other.csi.example", DISK[1]), ["pv-claim-alice"], set(), []),
+    ],
+)
+def test_a_disk_is_one_whichever_pv_exposes_it(
+    test_variation_id, second, expect_same, expect_attached, expect_sharing
+):
+    snapshot = state(
+        pvc(HOME),
+        pv("pv-claim-alice", csi=DISK, claim=f"{NAMESPACE}/{HOME}"),
+        pv("pv-b", csi=second, claim="backups/copy"),
+        volume_attachment("pv-b", "cpu-2"),
+        running("b", "cpu-2", namespace="backups", claims=["copy"]),
+    )
+    assert sorted(snapshot.same_disk("pv-claim-alice")) == expect_same
+    assert snapshot.attached_nodes(NAMESPACE, HOME) == expect_attached
+    assert names(snapshot.pods_sharing_disk(NAMESPACE, HOME)) == expect_sharing
 
 
 def test_node_usage_counts_every_namespace_and_leaves_out_the_pod_being_replaced():
