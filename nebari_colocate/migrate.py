@@ -582,6 +582,11 @@ def _now() -> str:
     return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def _sentence(exc: BaseException) -> str:
+    text = str(exc).rstrip()
+    return text if text.endswith((".", "?", "!")) else f"{text}."
+
+
 def _micro_now() -> str:
     """A Lease's MicroTime."""
     return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
@@ -1094,15 +1099,15 @@ class Mover:
         ):
             await self._abandon(home, f"gave up: {exc}"[:1000])
             return MigrateError(
-                f"{exc}. The move gave up: {claim} is unmarked and stays on its old volume "
-                f"{old_name}, so {user} can start servers again; fix that and apply again, or "
-                f"clear the move with: {self._command('rollback', user)}"
+                f"{_sentence(exc)} The move gave up: {claim} is unmarked and stays on its old "
+                f"volume {old_name}, so {user} can start servers again; fix that and apply "
+                f"again, or clear the move with: {self._command('rollback', user)}"
             )
         if home.step in SWAP_PHASE:
             return MigrateError(
-                f"{exc}. {claim} stays marked (its claim is being swapped to the new volume, "
-                f"{user}'s servers are refused): apply again to finish, or put it back with: "
-                f"{self._command('rollback', user)}"
+                f"{_sentence(exc)} {claim} stays marked (its claim is being swapped to the new "
+                f"volume, {user}'s servers are refused): apply again to finish, or put it back "
+                f"with: {self._command('rollback', user)}"
             )
         return exc
 
@@ -1160,7 +1165,14 @@ class Mover:
         if pvc is None:
             raise MigrateError(f"claim {self.namespace}/{claim} is gone before its copy was made")
         old_name: str | None = _spec(pvc).get("volumeName")
-        old = home.old_pv if _meta(home.old_pv).get("name") == old_name else await self.pv(old_name)
+        recorded = _meta(home.old_pv).get("name")
+        if home.step is not None and old_name != recorded:
+            raise MigrateError(
+                f"claim {self.namespace}/{claim} is on volume {old_name or 'nothing'}, not on "
+                f"{recorded} where this move started: nothing is changed; see migrate status, "
+                f"and put it back with: {self._command('rollback', home.user or claim)}"
+            )
+        old = home.old_pv if recorded == old_name else await self.pv(old_name)
         if old is None or not old_name:
             raise MigrateError(
                 f"claim {self.namespace}/{claim}: its volume {old_name} is not readable"
