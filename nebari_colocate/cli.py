@@ -779,8 +779,12 @@ async def _migrate_run(
 
 
 def _changes_class(row: JsonDict, storage_class: str | None) -> bool:
+    """An unfinished move asked to go to another class than it started with (apply switches it
+    before the copy is verified, refuses after): the class asked for is checked first."""
     recorded = row.get("recorded_storage_class")
-    return bool(storage_class and recorded and recorded != storage_class)
+    return row["action"] == migrate.RESUME and bool(
+        storage_class and recorded and recorded != storage_class
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
