@@ -1788,6 +1788,7 @@ async def apply_many(mover: Mover, claims: list[str], concurrency: int) -> list[
             try:
                 return await mover.apply(claim)
             except MigrateError as exc:
-                return {"claim": claim, "outcome": OUT_ERROR, "reason": str(exc)}
+                user = mover._user(claim)
+                return {"claim": claim, "user": user, "outcome": OUT_ERROR, "reason": str(exc)}
 
     return list(await asyncio.gather(*(one(c) for c in claims)))
