@@ -693,11 +693,36 @@ def _add_migrate(sub: argparse._SubParsersAction[_Parser]) -> None:
     )
     apply.add_argument(
         "--copy-timeout",
-        type=float,
+        type=_seconds("--copy-timeout"),
         default=3600.0,
         metavar="SECONDS",
         help="the most one copy may take (default: 3600)",
     )
+    for parser in (apply, back):
+        parser.add_argument(
+            "--timeout",
+            type=_seconds("--timeout"),
+            default=migrate.BIND_TIMEOUT,
+            metavar="SECONDS",
+            help="the most one step waits for a claim to bind, a pod to be placed or deleted; "
+            "a move that waits longer gives up (before the swap the home is unmarked) "
+            f"(default: {migrate.BIND_TIMEOUT:g})",
+        )
+
+
+def _seconds(flag: str) -> Callable[[str], float]:
+    def parse(value: str) -> float:
+        try:
+            number = float(value)
+        except ValueError:
+            number = -1.0
+        if not (0 < number < 1e9):  # also refuses nan and inf
+            raise argparse.ArgumentTypeError(
+                f"invalid {flag} {value!r}: use a number of seconds > 0"
+            )
+        return number
+
+    return parse
 
 
 def _positive_int(value: str) -> int:
@@ -729,6 +754,7 @@ async def _migrate(args: argparse.Namespace) -> int:
         image=getattr(args, "image", None) or migrate.DEFAULT_IMAGE,
         claim_prefix=args.claim_prefix,
         copy_timeout=getattr(args, "copy_timeout", 3600.0),
+        bind_timeout=getattr(args, "timeout", migrate.BIND_TIMEOUT),
     )
     try:
         result, status = await _migrate_run(mover, args, namespace, storage_class)
@@ -805,8 +831,9 @@ async def _migrate_run(
         c
         for c in claims
         if migrate.plan_row(home_of[c], storage_class)["action"] in (migrate.MOVE, migrate.RETRY)
+        or _changes_class(migrate.plan_row(home_of[c], storage_class), storage_class)
     ]
-    if fresh:  # a move that is done or under way keeps the class it started with
+    if fresh:  # a move under way keeps the class it started with, unless another is asked for
         notes = await mover.check_storage_class()
     if args.dry_run:
         results = []
@@ -833,6 +860,15 @@ async def _migrate_run(
     )
     return {"namespace": namespace, "dry_run": False, "results": results, "notes": notes}, (
         1 if bad else 0
+    )
+
+
+def _changes_class(row: JsonDict, storage_class: str | None) -> bool:
+    """An unfinished move asked to go to another class than it started with (apply switches it
+    before the copy is verified, refuses after): the class asked for is checked first."""
+    recorded = row.get("recorded_storage_class")
+    return row["action"] == migrate.RESUME and bool(
+        storage_class and recorded and recorded != storage_class
     )
 
 

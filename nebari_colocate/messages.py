@@ -979,9 +979,18 @@ MIGRATE_OUTCOMES = {
     "failed": "stopped: the copy did not verify ({problems}); the old claim stays in place, in use",
     "skipped": "skipped: {reason}",
     "error": "error: {reason}",
-    "rolled-back": "rolled back: {claim} is on volume {old_volume} again",
+    "rolled-back": "rolled back: {claim} is on volume {volume} again",
     "nothing-to-roll-back": "nothing to roll back: no move of {claim} is recorded",
     "would-move": "would move: {plan}",
+    "held": "not done: another run holds this home's move ({holder}, since {since}, lease "
+    "{lease} renewed {renewed}); wait for it to end (a lease not renewed for {lease_seconds} s, "
+    "or whose process on this host has ended, is taken over by the next run)",
+}
+
+#: how a stale lease was found when a run took it over (``migrate.lease_state``)
+LEASE_TAKEN_OVER = {
+    "gone": "its process on this host has ended",
+    "stale": "not renewed for {lease_seconds} s",
 }
 
 
@@ -1016,7 +1025,28 @@ def migrate_action(row: Obj) -> str:
 def migrate_outcome(result: Obj) -> str:
     if result.get("outcome") == "skipped" and result.get("reason") in MIGRATE_ACTIONS:
         return "skipped: " + _fill(MIGRATE_ACTIONS[result["reason"]], result)
+    if result.get("outcome") == "rolled-back" and "volume" not in result:
+        result = {**result, "volume": result.get("old_volume")}
     return _fill(MIGRATE_OUTCOMES.get(result.get("outcome", ""), "{outcome}"), result)
+
+
+def migrate_notes(result: Obj) -> list[str]:
+    """The lines under one home's outcome: a lease taken over, a storage class changed."""
+    notes = []
+    took = result.get("took_over")
+    if took:
+        why = _fill(LEASE_TAKEN_OVER.get(took.get("state", ""), "{state}"), took)
+        notes.append(_fill("took over the move from {holder} (since {since}): ", took) + why)
+    changed = result.get("storage_class_changed")
+    if changed:
+        notes.append(
+            _fill(
+                "the unfinished move to storage class {from} now goes to {to}: its temporary "
+                "claim and copy pod in {from} were deleted",
+                changed,
+            )
+        )
+    return notes
 
 
 def delete_old_volume_hint(volume: str) -> str:
@@ -1067,6 +1097,7 @@ def render_migrate_results(results: list[Obj], dry_run: bool = False) -> str:
     lines = []
     for r in results:
         lines.append(f"{r.get('user') or '-'} ({r['claim']}): {migrate_outcome(r)}")
+        lines += [f"  {note}" for note in migrate_notes(r)]
         if r.get("outcome") in ("done", "already-done") and r.get("old_volume"):
             lines.append(f"  {delete_old_volume_hint(r['old_volume'])}")
         if r.get("outcome") == "rolled-back" and r.get("kept_volume"):
@@ -1100,6 +1131,10 @@ def render_migrate_status(status: Obj) -> str:
             ),
         )
     for r in rows:
+        if r.get("held_by"):
+            lines.append(
+                _fill("{claim}: being moved now by {holder} (since {since})", {**r, **r["held_by"]})
+            )
         if r["step"] == "done" and r["old_volume"]:
             lines.append(f"{r['claim']}: {delete_old_volume_hint(r['old_volume'])}")
     return "\n".join(lines)

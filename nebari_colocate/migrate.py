@@ -31,9 +31,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
+import getpass
 import hashlib
 import json
+import os
 import re
+import secrets
+import socket
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -115,6 +120,7 @@ MOVE, SKIP_RWX, WAIT_SERVERS, RESUME, FINISHED, RETRY, NOT_BOUND, NO_VOLUME = AC
     OUT_ROLLED_BACK,
     OUT_NOTHING_TO_ROLL_BACK,
     OUT_WOULD_MOVE,
+    OUT_HELD,
 ) = OUTCOMES = (
     "done",
     "already-done",
@@ -125,6 +131,7 @@ MOVE, SKIP_RWX, WAIT_SERVERS, RESUME, FINISHED, RETRY, NOT_BOUND, NO_VOLUME = AC
     "rolled-back",
     "nothing-to-roll-back",
     "would-move",
+    "held",  # another run holds this home's lease: nothing done
 )
 
 #: the points between steps where ``apply`` may be interrupted and resumed (tests inject here)
@@ -142,6 +149,18 @@ CHECKPOINTS = (
     "created",
     "bound",
 )
+
+#: the recorded steps of the copy (the old claim is in place) and of the swap
+COPY_PHASE = (None, FAILED, RETAINED, COPYING)
+SWAP_PHASE = (COPIED, SWAPPING)
+
+#: a holder renews its lease at every step and at least every third of this while it waits; a
+#: lease not renewed for this long, or whose process on this host has ended, may be taken over
+LEASE_SECONDS = 60
+HOST_KEY = "nebari.dev/migrate-host"  # on the lease: the holder's host name and process id
+PID_KEY = "nebari.dev/migrate-pid"
+#: what a lease is to the one who finds it (``lease_state``)
+HELD, STALE, GONE = "held", "stale", "gone"
 
 #: CSI drivers and in-tree plugins that offer no ReadWriteMany filesystem volumes
 RWO_ONLY_PROVISIONERS = frozenset(
@@ -170,10 +189,20 @@ COPY_SCRIPT = Path(__file__).with_name("copy_home.py")
 DEFAULT_IMAGE = "python:3.12-slim"
 OLD_MOUNT, NEW_MOUNT = "/old", "/new"
 POLL = 0.2
+#: the most one step waits for a claim to bind, a pod to be placed or deleted (``--timeout``)
+BIND_TIMEOUT = 300.0
 
 
 class MigrateError(Exception):
     """A move cannot go on; the message names the claim and the problem."""
+
+
+class CopyRunning(MigrateError):
+    """The copy pod still runs past ``--copy-timeout``: the move is not given up."""
+
+
+class LeaseLost(MigrateError):
+    """Another run took this home's lease over: this run must write nothing more."""
 
 
 class Interrupted(Exception):
@@ -257,6 +286,69 @@ def volume_step(pv: Obj | None, namespace: str, claim: str) -> str | None:
     return annotations.get(STEP_KEY)
 
 
+def parse_time(text: str | None) -> datetime | None:
+    """An API timestamp (``…Z``, with or without microseconds), None when unreadable."""
+    if not text:
+        return None
+    try:
+        found = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return found if found.tzinfo else found.replace(tzinfo=timezone.utc)
+
+
+def lease_state(lease: Obj, now: datetime, host: str, alive: Callable[[int], bool]) -> str:
+    """What a home's lease found by another run is: HELD (its holder may still be moving the
+    home), GONE (its holder was a process on this host that has ended) or STALE (released, or
+    not renewed for its duration).  ``alive(pid)`` tells whether a process of this host runs."""
+    spec = _spec(lease)
+    if not spec.get("holderIdentity"):
+        return STALE
+    annotations = _annotations(lease)
+    pid = str(annotations.get(PID_KEY) or "")
+    if annotations.get(HOST_KEY) == host and pid.isdigit() and not alive(int(pid)):
+        return GONE
+    renewed = parse_time(spec.get("renewTime") or spec.get("acquireTime"))
+    seconds = spec.get("leaseDurationSeconds") or LEASE_SECONDS
+    if renewed is None or (now - renewed).total_seconds() > seconds:
+        return STALE
+    return HELD
+
+
+def lease_facts(lease: Obj) -> JsonDict:
+    """Who holds a home's lease and since when (fields of the ``held`` outcome)."""
+    spec = _spec(lease)
+    return {
+        "holder": spec.get("holderIdentity"),
+        "since": spec.get("acquireTime"),
+        "renewed": spec.get("renewTime"),
+        "lease": _meta(lease).get("name"),
+        "lease_seconds": spec.get("leaseDurationSeconds"),
+    }
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` of this host runs (a zombie has ended)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    with contextlib.suppress(OSError, IndexError):
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        return stat.rsplit(")", 1)[1].split()[0] != "Z"
+    return True
+
+
+def _who() -> str:
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):  # a container's uid without a passwd entry
+        user = f"uid {os.getuid()}"
+    return f"{user}@{socket.gethostname()} pid {os.getpid()}"
+
+
 @dataclass
 class Home:
     """Everything about one home claim that a move reads."""
@@ -297,6 +389,9 @@ def plan_row(home: Home, target_class: str | None) -> JsonDict:
         "target_storage_class": target_class,
         "action": MOVE,
         "problem": _annotations(home.old_pv).get(PROBLEM_KEY) if step else None,
+        # the class an unfinished move started with (a different --storage-class changes it
+        # before the copy is verified, and is refused after)
+        "recorded_storage_class": _annotations(home.old_pv).get(CLASS_KEY) if step else None,
     }
     if step == DONE:
         row["action"] = FINISHED
@@ -487,6 +582,142 @@ def _now() -> str:
     return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def _sentence(exc: BaseException) -> str:
+    text = str(exc).rstrip()
+    return text if text.endswith((".", "?", "!")) else f"{text}."
+
+
+def _micro_now() -> str:
+    """A Lease's MicroTime."""
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+# --------------------------------------------------------------------------------------------------
+# the lease: one run at a time per home (I/O)
+
+#: the lease the running step holds (each home's move runs in its own task)
+_HELD: contextvars.ContextVar[MoveLease | None] = contextvars.ContextVar("held", default=None)
+
+
+class MoveLease:
+    """This run's hold on one home: a ``coordination.k8s.io`` Lease named like the temporary
+    claim.  Created (or taken over, with a resourceVersion precondition) before the first write,
+    renewed with a resourceVersion precondition before every step, deleted at the end.  A renewal
+    that finds the lease changed means another run took it over: this one stops at once."""
+
+    def __init__(self, api: Any, namespace: str, claim: str, seconds: int) -> None:
+        self.api, self.namespace, self.claim = api, namespace, claim
+        self.name = temporary_name(claim)
+        self.seconds = int(seconds)
+        self.identity = f"{_who()} {secrets.token_hex(3)}"
+        self.body: JsonDict | None = None
+        self.took_over: JsonDict | None = None
+        self._renewed = 0.0
+
+    def _fresh(self, resource_version: str | None = None) -> JsonDict:
+        now = _micro_now()
+        metadata: JsonDict = {
+            "name": self.name,
+            "labels": {COMPONENT_LABEL: COMPONENT},
+            "annotations": {
+                OF_KEY: self.claim,
+                HOST_KEY: socket.gethostname(),
+                PID_KEY: str(os.getpid()),
+            },
+        }
+        if resource_version:
+            metadata["resourceVersion"] = resource_version
+        return {
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": metadata,
+            "spec": {
+                "holderIdentity": self.identity,
+                "leaseDurationSeconds": self.seconds,
+                "acquireTime": now,
+                "renewTime": now,
+            },
+        }
+
+    async def read(self) -> JsonDict | None:
+        try:
+            return await read_json(self.api.read_namespaced_lease, self.name, self.namespace)
+        except ApiError as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    async def acquire(self) -> JsonDict | None:
+        """None when this run holds the lease now; else who holds it (``lease_facts``)."""
+        found: JsonDict | None = None
+        for _ in range(3):  # each miss is another run's write in between: read again
+            found = await self.read()
+            try:
+                if found is None:
+                    self.body = await read_json(
+                        self.api.create_namespaced_lease, self.namespace, self._fresh()
+                    )
+                else:
+                    state = lease_state(
+                        found, datetime.now(timezone.utc), socket.gethostname(), pid_alive
+                    )
+                    if state == HELD:
+                        return lease_facts(found)
+                    self.body = await read_json(
+                        self.api.replace_namespaced_lease,
+                        self.name,
+                        self.namespace,
+                        self._fresh(_meta(found).get("resourceVersion")),
+                    )
+                    if _spec(found).get("holderIdentity"):
+                        self.took_over = {**lease_facts(found), "state": state}
+            except ApiError as exc:
+                if exc.status in (404, 409):
+                    continue
+                raise
+            self._renewed = time.monotonic()
+            return None
+        return lease_facts(found) if found else {"holder": "another run", "lease": self.name}
+
+    async def keep(self, force: bool = True) -> None:
+        """Renew (only when a third of the lease has passed, unless ``force``); LeaseLost when
+        another run holds it now."""
+        if self.body is None or (not force and time.monotonic() - self._renewed < self.seconds / 3):
+            return
+        body = json.loads(json.dumps(self.body))
+        body["spec"]["renewTime"] = _micro_now()
+        try:
+            self.body = await read_json(
+                self.api.replace_namespaced_lease, self.name, self.namespace, body
+            )
+        except ApiError as exc:
+            if exc.status not in (404, 409):
+                raise
+            now = await self.read()
+            self.body = None
+            holder = _spec(now).get("holderIdentity") if now else None
+            raise LeaseLost(
+                f"the lease {self.namespace}/{self.name} of {self.claim} was taken over"
+                + (f" by {holder}" if holder else "")
+                + " while this run waited: it stops here and changes nothing more"
+            ) from None
+        self._renewed = time.monotonic()
+
+    async def release(self) -> None:
+        if self.body is None:
+            return
+        body, self.body = self.body, None
+        # Best effort: a lease left behind ends with its process on this host, or after its
+        # duration elsewhere.  Never let this hide the outcome of the move.
+        with contextlib.suppress(Exception):
+            await read_json(
+                self.api.delete_namespaced_lease,
+                self.name,
+                self.namespace,
+                body={"preconditions": {"resourceVersion": _meta(body).get("resourceVersion")}},
+            )
+
+
 # --------------------------------------------------------------------------------------------------
 # the mover (I/O)
 
@@ -503,7 +734,8 @@ class Mover:
         image: str = DEFAULT_IMAGE,
         claim_prefix: str = "claim-",
         copy_timeout: float = 3600.0,
-        bind_timeout: float = 300.0,
+        bind_timeout: float = BIND_TIMEOUT,
+        lease_seconds: int = LEASE_SECONDS,
         checkpoint: Callable[[str, str], Awaitable[None] | None] | None = None,
         log: Callable[[str], None] | None = None,
     ) -> None:
@@ -511,6 +743,8 @@ class Mover:
 
         self.core = client.CoreV1Api(api_client)
         self.storage = client.StorageV1Api(api_client)
+        self.coordination = client.CoordinationV1Api(api_client)
+        self.lease_seconds = lease_seconds
         self.namespace = namespace
         self.storage_class = storage_class
         self.image = image
@@ -610,8 +844,15 @@ class Mover:
         deadline = time.monotonic() + timeout
         while not await ready():
             if time.monotonic() > deadline:
-                raise MigrateError(f"timed out after {timeout:g} s waiting for {what}")
+                raise MigrateError(f"timed out after {timeout:g} s waiting for {what} (--timeout)")
+            await self._keep_lease()
             await asyncio.sleep(POLL)
+
+    @staticmethod
+    async def _keep_lease(force: bool = False) -> None:
+        lease = _HELD.get()
+        if lease is not None:
+            await lease.keep(force)
 
     async def checkpoint(self, claim: str, name: str) -> None:
         self.log(f"{self.namespace}/{claim}: {name}")
@@ -733,28 +974,82 @@ class Mover:
             raise MigrateError(problem)
         return []
 
-    # -- the move -------------------------------------------------------------------------------
+    # -- the move: one idempotent step per checkpoint ------------------------------------------
+
+    def _user(self, claim: str) -> str:
+        return claim[len(self.prefix) :] if claim.startswith(self.prefix) else claim
+
+    def _command(self, verb: str, user: str, storage_class: str | None = None) -> str:
+        """The command an operator runs next (shown in problems and refusals)."""
+        command = f"nebari-colocate migrate {verb} {user} -n {self.namespace}"
+        return command + (f" --storage-class {storage_class}" if storage_class else "")
+
+    async def _holding(self, claim: str, work: Callable[[], Awaitable[JsonDict]]) -> JsonDict:
+        """Run ``work`` holding ``claim``'s lease; the ``held`` outcome when another run has it."""
+        lease = MoveLease(self.coordination, self.namespace, claim, self.lease_seconds)
+        held = await lease.acquire()
+        if held is not None:
+            return {
+                "claim": claim,
+                "user": self._user(claim),
+                "outcome": OUT_HELD,
+                "reason": "held",
+                **held,
+            }
+        if lease.took_over:
+            self.log(f"{self.namespace}/{claim}: took the lease over ({lease.took_over})")
+        token = _HELD.set(lease)
+        try:
+            result = await work()
+        finally:
+            _HELD.reset(token)
+            await lease.release()
+        if lease.took_over:
+            result["took_over"] = lease.took_over
+        return result
 
     async def apply(self, claim: str) -> JsonDict:
-        """Move one home, or resume its move; a finished move is left alone.
+        """Move one home, or resume its move; a finished move is left alone.  One run at a time
+        per home (a lease); every step reads the recorded state again and does one thing.
 
         Returns the outcome: ``{"claim", "user", "outcome": done|already-done|blocked|failed|
-        skipped, "reason", "old_volume", "new_volume", ...}``."""
+        skipped|held, "reason", "old_volume", "new_volume", ...}``."""
+        return await self._holding(claim, lambda: self._move(claim))
+
+    def _steps(self) -> tuple[tuple[str, Callable[[Home], Awaitable[JsonDict | None]]], ...]:
+        """The steps of a move, named by the checkpoint reached after each (CHECKPOINTS)."""
+        steps = (
+            ("retained", self._retain_old),
+            ("marked", self._mark),
+            ("claim-created", self._create_temporary),
+            ("copy-started", self._start_copy),
+            ("copied", self._wait_copied),
+            ("swapping", self._record_target),
+            ("new-retained", self._retain_new),
+            ("temporary-deleted", self._delete_temporary),
+            ("prebound", self._prebind_new),
+            ("old-deleted", self._delete_old_claim),
+            ("created", self._create_final),
+            ("bound", self._wait_final_bound),
+        )
+        assert tuple(name for name, _ in steps) == CHECKPOINTS
+        return steps
+
+    async def _move(self, claim: str) -> JsonDict:
         home = await self.home(claim)
-        outcome = {
+        outcome: JsonDict = {
             "claim": claim,
             "user": home.user,
             "old_volume": _meta(home.old_pv).get("name"),
             "new_volume": None,
         }
-        step = home.step
-        if step == DONE:
+        if home.step == DONE:
             return {
                 **outcome,
                 "outcome": OUT_ALREADY_DONE,
                 "new_volume": _annotations(home.old_pv).get(TARGET_KEY),
             }
-        if step is None:
+        if home.step is None:
             row = plan_row(home, self.storage_class)
             if row["action"] != MOVE:
                 return {
@@ -763,34 +1058,91 @@ class Mover:
                     "reason": row["action"],
                     "running": row["running"],
                 }
-        if step in (None, FAILED, RETAINED, COPYING, COPIED) and home.pods:
+        if home.step in (*COPY_PHASE, COPIED) and home.pods:
             await self._abandon(home, WAIT_SERVERS)
-            return {
-                **outcome,
-                "outcome": OUT_BLOCKED,
-                "reason": WAIT_SERVERS,
-                "running": server_names(home.pods),
-            }
-
-        if step in (None, FAILED, RETAINED, COPYING):
-            result = await self._copy(home)
-            if result is not None:
-                return {**outcome, **result}
+            return {**outcome, **self._blocked(home.pods)}
+        switched = await self._switch_class(home)
+        if switched:
+            outcome["storage_class_changed"] = switched
+        for name, step in self._steps():
+            await self._keep_lease(force=True)  # still ours: nobody else wrote meanwhile
             home = await self.home(claim)
-        if home.step == COPIED and home.pods:
-            await self._abandon(home, WAIT_SERVERS)
-            return {
-                **outcome,
-                "outcome": OUT_BLOCKED,
-                "reason": WAIT_SERVERS,
-                "running": server_names(home.pods),
-            }
-        new_pv = await self._swap(home)
-        return {**outcome, "outcome": OUT_DONE, "new_volume": new_pv}
+            try:
+                stop = await step(home)
+            except (LeaseLost, CopyRunning):
+                raise
+            except MigrateError as exc:
+                raise await self._gave_up(claim, exc) from None
+            if stop is not None:
+                return {**outcome, **stop}
+            await self.checkpoint(claim, name)
+        await self._keep_lease(force=True)
+        new_name = await self._finish(await self.home(claim))
+        return {**outcome, "outcome": OUT_DONE, "new_volume": new_name}
+
+    @staticmethod
+    def _blocked(pods: list[JsonDict]) -> JsonDict:
+        return {"outcome": OUT_BLOCKED, "reason": WAIT_SERVERS, "running": server_names(pods)}
+
+    async def _gave_up(self, claim: str, exc: MigrateError) -> MigrateError:
+        """A step could not be done.  Before the swap the old claim is in place: unmark it, so
+        the user can work, and record the problem; during the swap the mark must stay (the claim
+        is being replaced): say how to finish or undo the move."""
+        home = await self.home(claim)
+        old_name = _meta(home.old_pv).get("name")
+        user = home.user or claim
+        if (
+            home.step in (RETAINED, COPYING)
+            and home.pvc is not None
+            and old_name
+            and _spec(home.pvc).get("volumeName") == old_name
+        ):
+            await self._abandon(home, f"gave up: {exc}"[:1000])
+            return MigrateError(
+                f"{_sentence(exc)} The move gave up: {claim} is unmarked and stays on its old "
+                f"volume {old_name}, so {user} can start servers again; fix that and apply "
+                f"again, or clear the move with: {self._command('rollback', user)}"
+            )
+        if home.step in SWAP_PHASE:
+            return MigrateError(
+                f"{_sentence(exc)} {claim} stays marked (its claim is being swapped to the new "
+                f"volume, {user}'s servers are refused): apply again to finish, or put it back "
+                f"with: {self._command('rollback', user)}"
+            )
+        return exc
+
+    async def _switch_class(self, home: Home) -> JsonDict | None:
+        """A ``--storage-class`` other than the one the unfinished move recorded: before the copy
+        is verified, start over in the class asked for (the old temporary claim and copy pod are
+        deleted; they hold no data of the only copy); after it, refuse."""
+        recorded = _annotations(home.old_pv).get(CLASS_KEY)
+        asked = self.storage_class
+        if home.step in (None, DONE) or not recorded or not asked or recorded == asked:
+            return None
+        user = home.user or home.claim
+        if home.step in SWAP_PHASE:
+            raise MigrateError(
+                f"{home.claim} is moving to storage class {recorded} (its copy is verified, step "
+                f"{home.step}), not {asked}: finish it with "
+                f"{self._command('apply', user, recorded)}, or reset the move with "
+                f"{self._command('rollback', user)} and apply again"
+            )
+        tmp_name = temporary_name(home.claim)
+        if home.copy_pod is not None:
+            await self._delete_pod(tmp_name)
+        if home.temporary is not None:
+            await self._delete_pvc(tmp_name, _meta(home.temporary)["uid"])
+        await self._annotate_pv(
+            _meta(home.old_pv)["name"],
+            {CLASS_KEY: asked, STEP_KEY: RETAINED, RESULT_KEY: None, PROBLEM_KEY: None},
+        )
+        self.log(f"{self.namespace}/{home.claim}: storage class {recorded} -> {asked}")
+        return {"from": recorded, "to": asked}
 
     async def _abandon(self, home: Home, problem: str) -> None:
-        """A server uses the home: the copy (if any) may be stale.  Unmark the claim so the user
-        keeps working; the next ``apply`` copies again.  Nothing is deleted but the copy pod."""
+        """The copy cannot go on (a server uses the home, or a step gave up): the copy (if any)
+        may be stale.  Unmark the claim so the user keeps working; the next ``apply`` copies
+        again.  Nothing is deleted but the copy pod."""
         if home.step in (None, FAILED):
             return
         if home.copy_pod is not None:
@@ -802,26 +1154,40 @@ class Mover:
                 home.claim, {MIGRATION_ANNOTATION: None, MIGRATION_SINCE_ANNOTATION: None}
             )
 
-    async def _copy(self, home: Home) -> JsonDict | None:
-        """Steps 1-4; None when the copy is verified, else the outcome that stops the move."""
+    # Each step below reads the home as recorded now, does nothing when its effect is there (or
+    # the move is past it), else does its one thing; None to go on, an outcome to stop.
+
+    async def _retain_old(self, home: Home) -> JsonDict | None:
+        """1. The old volume ``Retain``, before anything else, and the move recorded on it."""
+        if home.step not in COPY_PHASE:
+            return None
         claim, pvc = home.claim, home.pvc
         if pvc is None:
             raise MigrateError(f"claim {self.namespace}/{claim} is gone before its copy was made")
         old_name: str | None = _spec(pvc).get("volumeName")
-        old = home.old_pv if _meta(home.old_pv).get("name") == old_name else await self.pv(old_name)
+        recorded = _meta(home.old_pv).get("name")
+        if home.step is not None and old_name != recorded:
+            raise MigrateError(
+                f"claim {self.namespace}/{claim} is on volume {old_name or 'nothing'}, not on "
+                f"{recorded} where this move started: nothing is changed; see migrate status, "
+                f"and put it back with: {self._command('rollback', home.user or claim)}"
+            )
+        old = home.old_pv if recorded == old_name else await self.pv(old_name)
         if old is None or not old_name:
             raise MigrateError(
                 f"claim {self.namespace}/{claim}: its volume {old_name} is not readable"
             )
-        # 1. Retain, before anything else.
-        policy = _spec(old).get("persistentVolumeReclaimPolicy") or "Delete"
         annotations = _annotations(old)
         values = {
             CLAIM_KEY: f"{self.namespace}/{claim}",
-            POLICY_KEY: annotations.get(POLICY_KEY, policy),
+            POLICY_KEY: annotations.get(POLICY_KEY)
+            or _spec(old).get("persistentVolumeReclaimPolicy")
+            or "Delete",
             CLASS_KEY: annotations.get(CLASS_KEY) or self.storage_class,
             PROBLEM_KEY: None,
         }
+        if not values[CLASS_KEY]:
+            raise MigrateError(f"no target storage class for {claim}: pass --storage-class")
         if home.step in (None, FAILED):
             values[STEP_KEY] = RETAINED
             values[RESULT_KEY] = None
@@ -832,30 +1198,34 @@ class Mover:
                 "spec": {"persistentVolumeReclaimPolicy": "Retain"},
             },
         )
-        await self.checkpoint(claim, "retained")
-        target_class = values[CLASS_KEY]
-        if not target_class:
-            raise MigrateError(f"no target storage class for {claim}: pass --storage-class")
+        return None
 
-        # 2. Mark the claim: the spawner refuses this user's spawns from now on.
-        if _annotations(pvc).get(MIGRATION_ANNOTATION) != MOVING:
-            await self._annotate_pvc(
-                claim, {MIGRATION_ANNOTATION: MOVING, MIGRATION_SINCE_ANNOTATION: _now()}
+    async def _mark(self, home: Home) -> JsonDict | None:
+        """2. The claim marked: the spawner refuses this user's spawns from now on."""
+        if home.step not in COPY_PHASE:
+            return None
+        old_name = _meta(home.old_pv).get("name")
+        if home.pvc is None or _spec(home.pvc).get("volumeName") != old_name:
+            raise MigrateError(
+                f"claim {self.namespace}/{home.claim} is on volume "
+                f"{_spec(home.pvc).get('volumeName') or 'nothing'}, not on {old_name} where this "
+                "move started: nothing is marked; see migrate status"
             )
-        await self.checkpoint(claim, "marked")
-        running = holders(await self.pods(), claim)
+        if _annotations(home.pvc).get(MIGRATION_ANNOTATION) != MOVING:
+            await self._annotate_pvc(
+                home.claim, {MIGRATION_ANNOTATION: MOVING, MIGRATION_SINCE_ANNOTATION: _now()}
+            )
+        running = holders(await self.pods(), home.claim)
         if running:  # started between the plan and the mark
-            home.pods = running
-            home.old_pv = await self.pv(old_name)
-            home.copy_pod = await self.pod(temporary_name(claim))
-            await self._abandon(home, WAIT_SERVERS)
-            return {
-                "outcome": OUT_BLOCKED,
-                "reason": WAIT_SERVERS,
-                "running": server_names(running),
-            }
+            await self._abandon(await self.home(home.claim), WAIT_SERVERS)
+            return self._blocked(running)
+        return None
 
-        # 3. The new claim.
+    async def _create_temporary(self, home: Home) -> JsonDict | None:
+        """3. The new ReadWriteMany claim in the target class."""
+        if home.step not in COPY_PHASE:
+            return None
+        claim, old_name = home.claim, _meta(home.old_pv)["name"]
         tmp_name = temporary_name(claim)
         temporary = await self.pvc(tmp_name)
         if temporary is not None and _annotations(temporary).get(OF_KEY) != claim:
@@ -874,37 +1244,46 @@ class Mover:
                     },
                     "spec": {
                         "accessModes": [RWX],
-                        "storageClassName": target_class,
-                        "resources": {"requests": {"storage": claim_size(pvc) or "1Gi"}},
+                        "storageClassName": _annotations(home.old_pv)[CLASS_KEY],
+                        "resources": {"requests": {"storage": claim_size(home.pvc or {}) or "1Gi"}},
                         "volumeMode": "Filesystem",
                     },
                 },
             )
-        await self._annotate_pv(old_name, {STEP_KEY: COPYING})
-        await self.checkpoint(claim, "claim-created")
+        if home.step != COPYING:
+            await self._annotate_pv(old_name, {STEP_KEY: COPYING})
+        return None
 
-        # 4. Copy and verify.
-        pod = await self.pod(tmp_name)
-        if pod is not None and (home.step == FAILED or _meta(pod).get("deletionTimestamp")):
-            await self._delete_pod(tmp_name)  # an earlier attempt's pod: copy again
+    async def _start_copy(self, home: Home) -> JsonDict | None:
+        """4. The copy pod (an earlier attempt's, finished unverified or going, is replaced)."""
+        if home.step != COPYING:
+            return None
+        tmp_name = temporary_name(home.claim)
+        pod = home.copy_pod
+        if pod is not None and (
+            _meta(pod).get("deletionTimestamp")
+            or (copy_result(pod) or {"result": "verified"})["result"] != "verified"
+        ):
+            await self._delete_pod(tmp_name)
             pod = None
         if pod is None:
-            attached = await self._attached_node(old_name)
+            attached = await self._attached_node(_meta(home.old_pv)["name"])
             await read_json(
                 self.core.create_namespaced_pod,
                 self.namespace,
                 copy_pod_manifest(home, self.image, attached),
             )
-        await self.checkpoint(claim, "copy-started")
-        summary = await self._wait_copy(claim, tmp_name)
+        return None
+
+    async def _wait_copied(self, home: Home) -> JsonDict | None:
+        """5. The copy finished and verified (recorded), or the move stops for this user."""
+        if home.step != COPYING:
+            return None
+        claim, old_name = home.claim, _meta(home.old_pv)["name"]
+        summary = await self._wait_copy(home)
         if summary.get("result") == WAIT_SERVERS:
-            home = await self.home(claim)
-            await self._abandon(home, WAIT_SERVERS)
-            return {
-                "outcome": OUT_BLOCKED,
-                "reason": WAIT_SERVERS,
-                "running": summary["running"],
-            }
+            await self._abandon(await self.home(claim), WAIT_SERVERS)
+            return {"outcome": OUT_BLOCKED, "reason": WAIT_SERVERS, "running": summary["running"]}
         record = json.dumps(
             {
                 k: summary.get(k)
@@ -931,7 +1310,6 @@ class Mover:
                 "problems": summary.get("problems") or [],
             }
         await self._annotate_pv(old_name, {STEP_KEY: COPIED, RESULT_KEY: record})
-        await self.checkpoint(claim, "copied")
         return None
 
     async def _attached_node(self, pv_name: str) -> str | None:
@@ -946,7 +1324,9 @@ class Mover:
         nodes = sorted(attached_nodes(listing.get("items") or [], pv_name))
         return nodes[0] if len(nodes) == 1 else None
 
-    async def _wait_copy(self, claim: str, pod_name: str) -> JsonDict:
+    async def _wait_copy(self, home: Home) -> JsonDict:
+        claim = home.claim
+        pod_name = temporary_name(claim)
         deadline = time.monotonic() + self.copy_timeout
         unplaced_deadline = time.monotonic() + self.bind_timeout
         while True:
@@ -967,46 +1347,57 @@ class Mover:
                 ]
                 raise MigrateError(
                     f"the copy pod {self.namespace}/{pod_name} is not scheduled after "
-                    f"{self.bind_timeout:g} s ({'; '.join(why) or 'no reason given'}): is the "
-                    f"new claim {pod_name} bound (kubectl describe pvc {pod_name})? It stays; "
-                    "apply again to wait for it, or roll back"
+                    f"{self.bind_timeout:g} s (--timeout) ({'; '.join(why) or 'no reason given'})"
+                    f": is the new claim {pod_name} bound (kubectl describe pvc {pod_name})?"
                 )
             if time.monotonic() > deadline:
-                raise MigrateError(
+                user = home.user or claim
+                raise CopyRunning(
                     f"the copy pod {self.namespace}/{pod_name} did not finish within "
-                    f"{self.copy_timeout:g} s (--copy-timeout); it keeps running, apply again "
-                    "to wait for it"
+                    f"{self.copy_timeout:g} s (--copy-timeout); it keeps running and {claim} "
+                    f"stays marked: apply again to wait for it, or stop the move with: "
+                    f"{self._command('rollback', user)}"
                 )
+            await self._keep_lease()
             await asyncio.sleep(self.copy_poll)
 
-    async def _swap(self, home: Home) -> str:
-        """Steps 5-6: ``claim`` bound to the new volume.  Each sub-step checks what is done."""
-        claim = home.claim
-        old_name = _meta(home.old_pv)["name"]
-        tmp_name = temporary_name(claim)
-        new_name: str | None = _annotations(home.old_pv).get(TARGET_KEY)
-        if home.step == COPIED:
-            temporary = await self.pvc(tmp_name)
-            if temporary is None or not _spec(temporary).get("volumeName"):
-                raise MigrateError(
-                    f"claim {self.namespace}/{tmp_name} holds the copy but is not bound"
-                )
-            new_name = _spec(temporary)["volumeName"]
-            await self._wait(
-                lambda: self._bound(tmp_name), self.bind_timeout, f"claim {tmp_name} bound"
-            )
-            await self._annotate_pv(
-                old_name,
-                {STEP_KEY: SWAPPING, TARGET_KEY: new_name, META_KEY: claim_metadata(home.pvc)},
-            )
-        await self.checkpoint(claim, "swapping")
-        if not new_name:
-            raise MigrateError(f"volume {old_name} records no target volume for {claim}")
-        new = await self.pv(new_name)
-        if new is None:
-            raise MigrateError(f"volume {new_name}, the copy of {claim}, is gone; roll back")
+    async def _record_target(self, home: Home) -> JsonDict | None:
+        """6. The swap begins: the copy's volume and the claim's metadata recorded."""
+        if home.step != COPIED:
+            return None
+        if home.pods:
+            await self._abandon(home, WAIT_SERVERS)
+            return self._blocked(home.pods)
+        tmp_name = temporary_name(home.claim)
+        temporary = await self.pvc(tmp_name)
+        if temporary is None or not _spec(temporary).get("volumeName"):
+            raise MigrateError(f"claim {self.namespace}/{tmp_name} holds the copy but is not bound")
+        new_name = _spec(temporary)["volumeName"]
+        await self._wait(
+            lambda: self._bound(tmp_name), self.bind_timeout, f"claim {tmp_name} bound"
+        )
+        await self._annotate_pv(
+            _meta(home.old_pv)["name"],
+            {STEP_KEY: SWAPPING, TARGET_KEY: new_name, META_KEY: claim_metadata(home.pvc)},
+        )
+        return None
 
-        # The copy must survive its temporary claim.
+    async def _target(self, home: Home) -> tuple[str, JsonDict]:
+        """The new volume of a move being swapped."""
+        old_name = _meta(home.old_pv)["name"]
+        new_name: str | None = _annotations(home.old_pv).get(TARGET_KEY)
+        if not new_name:
+            raise MigrateError(f"volume {old_name} records no target volume for {home.claim}")
+        new = home.new_pv if _meta(home.new_pv).get("name") == new_name else await self.pv(new_name)
+        if new is None:
+            raise MigrateError(f"volume {new_name}, the copy of {home.claim}, is gone; roll back")
+        return new_name, new
+
+    async def _retain_new(self, home: Home) -> JsonDict | None:
+        """7. The copy survives its temporary claim: the new volume ``Retain``."""
+        if home.step != SWAPPING:
+            return None
+        new_name, new = await self._target(home)
         if _spec(new).get("persistentVolumeReclaimPolicy") != "Retain":
             await self._patch_pv(
                 new_name,
@@ -1019,21 +1410,33 @@ class Mover:
                     "spec": {"persistentVolumeReclaimPolicy": "Retain"},
                 },
             )
-        await self.checkpoint(claim, "new-retained")
-        if await self.pod(tmp_name) is not None:
+        return None
+
+    async def _delete_temporary(self, home: Home) -> JsonDict | None:
+        """8. The copy pod and the temporary claim deleted (the new volume is retained)."""
+        if home.step != SWAPPING:
+            return None
+        tmp_name = temporary_name(home.claim)
+        if home.copy_pod is not None:
             await self._delete_pod(tmp_name)
         temporary = await self.pvc(tmp_name)
-        if temporary is not None:
+        if temporary is not None and _annotations(temporary).get(OF_KEY) == home.claim:
             await self._delete_pvc(tmp_name, _meta(temporary)["uid"])
-        await self.checkpoint(claim, "temporary-deleted")
+        return None
 
-        # Pre-bind the new volume to the home claim's name (no uid: the claim is recreated).
-        new = await self.pv(new_name)
+    def _final(self, home: Home, new_name: str) -> bool:
+        return home.pvc is not None and _spec(home.pvc).get("volumeName") == new_name
+
+    async def _prebind_new(self, home: Home) -> JsonDict | None:
+        """9. The new volume pre-bound to the home claim's name (no uid: it is recreated)."""
+        if home.step != SWAPPING:
+            return None
+        new_name, new = await self._target(home)
         ref = _spec(new).get("claimRef") or {}
-        current = await self.pvc(claim)
-        final = current is not None and _spec(current).get("volumeName") == new_name
-        if not final and (
-            ref.get("name") != claim or ref.get("namespace") != self.namespace or ref.get("uid")
+        if not self._final(home, new_name) and (
+            ref.get("name") != home.claim
+            or ref.get("namespace") != self.namespace
+            or ref.get("uid")
         ):
             await self._patch_pv(
                 new_name,
@@ -1045,39 +1448,62 @@ class Mover:
                             "apiVersion": "v1",
                             "kind": "PersistentVolumeClaim",
                             "namespace": self.namespace,
-                            "name": claim,
+                            "name": home.claim,
                         },
                     }
                 ],
             )
-        await self.checkpoint(claim, "prebound")
+        return None
 
-        # The old claim goes only now: its volume is retained and a verified copy exists.
-        if current is not None and _spec(current).get("volumeName") == old_name:
-            await self._delete_pvc(claim, _meta(current)["uid"])
-            current = None
-        elif current is not None and not final:
+    async def _delete_old_claim(self, home: Home) -> JsonDict | None:
+        """10. The old claim deleted, only now: its volume is retained and a verified copy
+        exists."""
+        if home.step != SWAPPING or home.pvc is None:
+            return None
+        new_name, _ = await self._target(home)
+        old_name = _meta(home.old_pv)["name"]
+        current = home.pvc
+        if _spec(current).get("volumeName") == old_name:
+            await self._delete_pvc(home.claim, _meta(current)["uid"])
+        elif not self._final(home, new_name):
             raise MigrateError(
-                f"claim {self.namespace}/{claim} was recreated meanwhile (bound to "
+                f"claim {self.namespace}/{home.claim} was recreated meanwhile (bound to "
                 f"{_spec(current).get('volumeName') or 'nothing'}), not by this move: both "
                 f"volumes ({old_name}, {new_name}) are retained; see docs/migrate.md"
             )
-        await self.checkpoint(claim, "old-deleted")
-        if current is None:
-            await read_json(
-                self.core.create_namespaced_persistent_volume_claim,
-                self.namespace,
-                self._final_claim(home, new, new_name),
-            )
-        await self.checkpoint(claim, "created")
-        await self._wait(
-            lambda: self._bound(claim, new_name),
-            self.bind_timeout,
-            f"claim {claim} bound to {new_name}",
-        )
-        await self.checkpoint(claim, "bound")
+        return None
 
-        new = await self.pv(new_name)
+    async def _create_final(self, home: Home) -> JsonDict | None:
+        """11. The home claim recreated, ReadWriteMany, on the new volume."""
+        if home.step != SWAPPING or home.pvc is not None:
+            return None
+        new_name, new = await self._target(home)
+        await read_json(
+            self.core.create_namespaced_persistent_volume_claim,
+            self.namespace,
+            self._final_claim(home, new, new_name),
+        )
+        return None
+
+    async def _wait_final_bound(self, home: Home) -> JsonDict | None:
+        """12. The PV controller bound it."""
+        if home.step != SWAPPING:
+            return None
+        new_name, _ = await self._target(home)
+        await self._wait(
+            lambda: self._bound(home.claim, new_name),
+            self.bind_timeout,
+            f"claim {home.claim} bound to {new_name}",
+        )
+        return None
+
+    async def _finish(self, home: Home) -> str:
+        """The new volume's reclaim policy restored, the mark removed, the move recorded done."""
+        if home.step != SWAPPING:
+            raise MigrateError(
+                f"the move of {home.claim} is at step {home.step or 'none'} after its last step"
+            )
+        new_name, new = await self._target(home)
         restore = _annotations(new).get(POLICY_KEY)
         if restore:
             await self._patch_pv(
@@ -1088,9 +1514,9 @@ class Mover:
                 },
             )
         await self._annotate_pvc(
-            claim, {MIGRATION_ANNOTATION: None, MIGRATION_SINCE_ANNOTATION: None}
+            home.claim, {MIGRATION_ANNOTATION: None, MIGRATION_SINCE_ANNOTATION: None}
         )
-        await self._annotate_pv(old_name, {STEP_KEY: DONE, PROBLEM_KEY: None})
+        await self._annotate_pv(_meta(home.old_pv)["name"], {STEP_KEY: DONE, PROBLEM_KEY: None})
         return new_name
 
     def _final_claim(self, home: Home, volume: Obj | None, volume_name: str) -> JsonDict:
@@ -1136,94 +1562,147 @@ class Mover:
             return False
         return volume is None or _spec(pvc).get("volumeName") == volume
 
-    # -- the way back -----------------------------------------------------------------------------
+    # -- the way back: the same shape, decided by where the claim really is ----------------------
 
     async def rollback(self, claim: str) -> JsonDict:
-        """Put ``claim`` back on its old volume.  The copy is kept when it may hold newer data
-        (the move was done and the user may have worked since)."""
+        """Put ``claim`` back on its old volume, holding the home's lease.  The copy is kept when
+        it may hold newer data (the claim was on it: the user may have worked since).  Each step
+        reads the claim again; the old volume gets its reclaim policy back only once the claim is
+        bound to it again."""
+        return await self._holding(claim, lambda: self._roll_back(claim))
+
+    async def _roll_back(self, claim: str) -> JsonDict:
         home = await self.home(claim)
-        step = home.step
         old_name: str | None = _meta(home.old_pv).get("name")
-        outcome = {"claim": claim, "user": home.user, "old_volume": old_name}
-        if step is None:
+        outcome: JsonDict = {"claim": claim, "user": home.user, "old_volume": old_name}
+        if home.step is None:
             return {**outcome, "outcome": OUT_NOTHING_TO_ROLL_BACK}
         # a step is read from the old volume's annotations: that volume, and its name, exist
         assert old_name is not None
         if home.pods:
-            return {
-                **outcome,
-                "outcome": OUT_BLOCKED,
-                "reason": WAIT_SERVERS,
-                "running": server_names(home.pods),
-            }
-        tmp_name = temporary_name(claim)
-        if home.copy_pod is not None:
-            await self._delete_pod(tmp_name)
-        kept = None
-        if step in (SWAPPING, DONE):
-            new_name = _annotations(home.old_pv).get(TARGET_KEY)
-            current = await self.pvc(claim)
-            if current is not None and _spec(current).get("volumeName") != old_name:
-                # The new volume holds the user's data since the move: keep it (Retain).
-                if new_name:
-                    new = await self.pv(new_name)
-                    if (
-                        new is not None
-                        and _spec(new).get("persistentVolumeReclaimPolicy") != "Retain"
-                    ):
-                        await self._patch_pv(
-                            new_name, {"spec": {"persistentVolumeReclaimPolicy": "Retain"}}
-                        )
-                    kept = new_name
-                await self._annotate_pvc(
-                    claim, {MIGRATION_ANNOTATION: MOVING, MIGRATION_SINCE_ANNOTATION: _now()}
-                )
-                await self._delete_pvc(claim, _meta(current)["uid"])
-                current = None
-            if current is None:
-                old = await self.pv(old_name)
-                await self._patch_pv(
-                    old_name,
-                    [
-                        {
-                            "op": "replace" if "claimRef" in _spec(old) else "add",
-                            "path": "/spec/claimRef",
-                            "value": {
-                                "apiVersion": "v1",
-                                "kind": "PersistentVolumeClaim",
-                                "namespace": self.namespace,
-                                "name": claim,
-                            },
-                        }
-                    ],
-                )
-                body = self._final_claim(home, old, old_name)
-                body["spec"]["accessModes"] = list(_spec(old).get("accessModes") or [RWO])
-                body["metadata"]["annotations"].pop(FROM_KEY, None)
-                await read_json(
-                    self.core.create_namespaced_persistent_volume_claim, self.namespace, body
-                )
-            await self._wait(
-                lambda: self._bound(claim, old_name),
-                self.bind_timeout,
-                f"claim {claim} bound to {old_name}",
-            )
-        temporary = await self.pvc(tmp_name)
-        if temporary is not None:
-            await self._delete_pvc(tmp_name, _meta(temporary)["uid"])
-        new_name = _annotations(home.old_pv).get(TARGET_KEY)
-        new = await self.pv(new_name) if step in (SWAPPING, DONE) else None
-        # (pv() reads nothing for a missing name: `new` is there only when new_name is)
-        if (
-            new_name
-            and new is not None
-            and _spec(new).get("persistentVolumeReclaimPolicy") == "Retain"
+            return {**outcome, **self._blocked(home.pods)}
+        kept: list[str] = []
+        for step in (
+            self._back_stop_copy,
+            self._back_off_other_volume,
+            self._back_recreate_on_old,
+            self._back_wait_bound,
+            self._back_delete_temporary,
+            self._back_release_copy,
+            self._back_restore_old,
         ):
-            # A retained copy: kept for the operator; no longer reserved for the home claim.
-            ref = _spec(new).get("claimRef")
-            if ref is not None and not ref.get("uid"):
-                await self._patch_pv(new_name, [{"op": "remove", "path": "/spec/claimRef"}])
-            kept = new_name
+            await self._keep_lease(force=True)
+            await step(await self.home(claim), kept)
+        current = await self.pvc(claim)
+        old = await self.pv(old_name)
+        return {
+            **outcome,
+            "outcome": OUT_ROLLED_BACK,
+            "kept_volume": kept[-1] if kept else None,
+            # where the home is now, as read (not as planned), and what guards the old volume
+            "volume": _spec(current).get("volumeName") or None,
+            "old_reclaim_policy": _spec(old).get("persistentVolumeReclaimPolicy"),
+        }
+
+    async def _back_stop_copy(self, home: Home, kept: list[str]) -> None:
+        if home.copy_pod is not None:
+            await self._delete_pod(temporary_name(home.claim))
+
+    async def _back_off_other_volume(self, home: Home, kept: list[str]) -> None:
+        """The claim is on another volume (the move swapped it, whatever step is recorded):
+        that volume holds the user's data since, so it is retained and kept, and the claim is
+        deleted to be recreated on the old one."""
+        old_name = _meta(home.old_pv)["name"]
+        current = home.pvc
+        if current is None or _spec(current).get("volumeName") in (None, "", old_name):
+            return
+        other = _spec(current)["volumeName"]
+        volume = await self.pv(other)
+        if volume is not None and _spec(volume).get("persistentVolumeReclaimPolicy") != "Retain":
+            await self._patch_pv(other, {"spec": {"persistentVolumeReclaimPolicy": "Retain"}})
+        if volume is not None:
+            kept.append(other)
+        await self._annotate_pvc(
+            home.claim, {MIGRATION_ANNOTATION: MOVING, MIGRATION_SINCE_ANNOTATION: _now()}
+        )
+        await self._delete_pvc(home.claim, _meta(current)["uid"])
+
+    async def _back_recreate_on_old(self, home: Home, kept: list[str]) -> None:
+        if home.pvc is not None:
+            return
+        old_name = _meta(home.old_pv)["name"]
+        old = home.old_pv
+        await self._patch_pv(
+            old_name,
+            [
+                {
+                    "op": "replace" if "claimRef" in _spec(old) else "add",
+                    "path": "/spec/claimRef",
+                    "value": {
+                        "apiVersion": "v1",
+                        "kind": "PersistentVolumeClaim",
+                        "namespace": self.namespace,
+                        "name": home.claim,
+                    },
+                }
+            ],
+        )
+        body = self._final_claim(home, old, old_name)
+        body["spec"]["accessModes"] = list(_spec(old).get("accessModes") or [RWO])
+        body["metadata"]["annotations"].pop(FROM_KEY, None)
+        await read_json(self.core.create_namespaced_persistent_volume_claim, self.namespace, body)
+
+    async def _back_wait_bound(self, home: Home, kept: list[str]) -> None:
+        old_name = _meta(home.old_pv)["name"]
+        await self._wait(
+            lambda: self._on_old(home.claim, old_name),
+            self.bind_timeout,
+            f"claim {home.claim} bound to {old_name}",
+        )
+
+    async def _on_old(self, claim: str, old_name: str) -> bool:
+        """The claim bound to the old volume, and the old volume bound to that claim."""
+        pvc, old = await asyncio.gather(self.pvc(claim), self.pv(old_name))
+        if pvc is None or old is None or _spec(pvc).get("volumeName") != old_name:
+            return False
+        if (pvc.get("status") or {}).get("phase") != "Bound":
+            return False
+        ref = _spec(old).get("claimRef") or {}
+        phase = (old.get("status") or {}).get("phase")
+        return phase == "Bound" and ref.get("uid") == _meta(pvc).get("uid")
+
+    async def _back_delete_temporary(self, home: Home, kept: list[str]) -> None:
+        tmp_name = temporary_name(home.claim)
+        if home.temporary is not None:
+            await self._delete_pvc(tmp_name, _meta(home.temporary)["uid"])
+
+    async def _back_release_copy(self, home: Home, kept: list[str]) -> None:
+        """A retained copy is kept for the operator, no longer reserved for the home claim."""
+        new_name = _annotations(home.old_pv).get(TARGET_KEY)
+        new = await self.pv(new_name)
+        if (
+            not new_name
+            or new is None
+            or _spec(new).get("persistentVolumeReclaimPolicy") != "Retain"
+        ):
+            return
+        ref = _spec(new).get("claimRef")
+        if ref is not None and not ref.get("uid"):
+            await self._patch_pv(new_name, [{"op": "remove", "path": "/spec/claimRef"}])
+        if new_name not in kept:
+            kept.append(new_name)
+
+    async def _back_restore_old(self, home: Home, kept: list[str]) -> None:
+        """The old volume's reclaim policy back, only while the claim is bound to it: a Released
+        or unbound volume with ``Delete`` would be deleted, and it is the way back."""
+        old_name = _meta(home.old_pv)["name"]
+        if not await self._on_old(home.claim, old_name):
+            current = await self.pvc(home.claim)
+            raise MigrateError(
+                f"claim {self.namespace}/{home.claim} is on volume "
+                f"{_spec(current).get('volumeName') or 'nothing'}, not bound to {old_name}: "
+                f"{old_name} stays Retain and the move stays recorded; roll back again"
+            )
         old = await self.pv(old_name)
         policy = _annotations(old).get(POLICY_KEY) or _spec(old).get(
             "persistentVolumeReclaimPolicy"
@@ -1236,9 +1715,9 @@ class Mover:
             },
         )
         await self._annotate_pvc(
-            claim, {MIGRATION_ANNOTATION: None, MIGRATION_SINCE_ANNOTATION: None, FROM_KEY: None}
+            home.claim,
+            {MIGRATION_ANNOTATION: None, MIGRATION_SINCE_ANNOTATION: None, FROM_KEY: None},
         )
-        return {**outcome, "outcome": OUT_ROLLED_BACK, "kept_volume": kept}
 
     # -- status ---------------------------------------------------------------------------------
 
@@ -1273,9 +1752,20 @@ class Mover:
                     "marked": _annotations(home.pvc).get(MIGRATION_ANNOTATION) == MOVING,
                     "running": server_names(home.pods),
                     "problem": annotations.get(PROBLEM_KEY),
+                    "held_by": await self._lease_holder(home.claim),
                 }
             )
         return rows
+
+    async def _lease_holder(self, claim: str) -> JsonDict | None:
+        """Who runs this home's move now (None: no run holds it, or the lease is not readable)."""
+        try:
+            lease = await MoveLease(self.coordination, self.namespace, claim, 0).read()
+        except ApiError as exc:
+            if exc.status in (401, 403):
+                return None
+            raise
+        return lease_facts(lease) if lease and _spec(lease).get("holderIdentity") else None
 
 
 def hub_storage_class() -> str | None:
@@ -1298,6 +1788,7 @@ async def apply_many(mover: Mover, claims: list[str], concurrency: int) -> list[
             try:
                 return await mover.apply(claim)
             except MigrateError as exc:
-                return {"claim": claim, "outcome": OUT_ERROR, "reason": str(exc)}
+                user = mover._user(claim)
+                return {"claim": claim, "user": user, "outcome": OUT_ERROR, "reason": str(exc)}
 
     return list(await asyncio.gather(*(one(c) for c in claims)))

@@ -36,6 +36,7 @@ import builders
 import pytest
 import yaml
 from kube import helpers
+from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 from unit.test_copy_home import independent_diff
 
@@ -47,6 +48,8 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 RWO_CLASS = "migrate-test-disk"
 RWX_CLASS = "migrate-test-shared"
 BLOCK_ONLY_CLASS = "migrate-test-ebs"
+#: a class whose provisioner does not run here (nothing ever binds its claims)
+UNPROVISIONED_CLASS = "migrate-test-unprovisioned"
 NODE = "node-1"
 
 
@@ -185,6 +188,7 @@ async def _ensure_storage_classes(kube):
         (RWO_CLASS, "kubernetes.io/no-provisioner"),
         (RWX_CLASS, "kubernetes.io/no-provisioner"),
         (BLOCK_ONLY_CLASS, "ebs.csi.aws.com"),
+        (UNPROVISIONED_CLASS, "nfs.example.com"),
     ):
         with contextlib.suppress(ApiException):
             await kube.storage.create_storage_class(
@@ -388,9 +392,14 @@ async def attached_volumes(kube, timeout: float = 30) -> dict[str, set[str]]:
         await asyncio.sleep(0.1)
 
 
+def coordination(kube) -> client.CoordinationV1Api:
+    return client.CoordinationV1Api(kube.api_client)
+
+
 def mover(kube, **kwargs) -> migrate.Mover:
     kwargs.setdefault("copy_timeout", 60)
-    m = migrate.Mover(kube.api_client, kube.namespace, storage_class=RWX_CLASS, **kwargs)
+    kwargs.setdefault("storage_class", RWX_CLASS)
+    m = migrate.Mover(kube.api_client, kube.namespace, **kwargs)
     m.copy_poll = 0.1
     return m
 
@@ -934,3 +943,223 @@ async def test_a_new_claim_that_never_binds_ends_apply_with_a_reason_and_rolls_b
     status, out, _ = await run_cli(capsys, *cli_args(kube, "rollback", "alice"))
     assert status == 0, out
     await deployment.assert_untouched("alice")
+
+
+# --------------------------------------------------------------------------------------------------
+# two hands on one home (a cron job and a person, two terminals)
+
+
+async def test_two_applies_at_once_end_as_one_move_and_the_second_says_who_holds_it(
+    deployment, capsys
+):
+    kube = deployment.kube
+    await deployment.home("alice", files=50)
+    reached, go = asyncio.Event(), asyncio.Event()
+
+    async def hold(_claim, name):
+        if name == "retained" and not reached.is_set():  # the first run pauses after its read
+            reached.set()
+            await go.wait()
+
+    first = asyncio.ensure_future(mover(kube, checkpoint=hold, bind_timeout=5).apply("claim-alice"))
+    await reached.wait()
+    try:
+        second = await mover(kube, bind_timeout=5).apply("claim-alice")
+        status, out, err = await run_cli(
+            capsys,
+            *cli_args(kube, "apply", "alice", "--storage-class", RWX_CLASS, "--timeout", "5"),
+        )
+    finally:
+        go.set()
+    try:
+        first_result = await first
+    except migrate.MigrateError as exc:  # (before leases: the first run gave up on a stale read)
+        first_result = {"outcome": "error", "reason": str(exc)}
+
+    pvc = await kube.core.read_namespaced_persistent_volume_claim("claim-alice", kube.namespace)
+    assert MIGRATION_ANNOTATION not in (pvc.metadata.annotations or {})  # not marked again
+    old = await kube.core.read_persistent_volume(deployment.old["alice"])
+    assert old.metadata.annotations[migrate.STEP_KEY] == migrate.DONE  # not rewritten
+    assert (first_result["outcome"], second["outcome"]) == ("done", "held"), (first_result, second)
+    assert second["holder"].startswith(migrate._who())
+    assert second["since"] and second["lease"] == migrate.temporary_name("claim-alice")
+    assert (status, err) == (1, "")
+    (line,) = out.strip().splitlines()
+    assert line.startswith(
+        f"alice (claim-alice): not done: another run holds this home's move ({second['holder']}, "
+        f"since {second['since']}"
+    )
+    await deployment.assert_moved("alice")
+    assert len(deployment.sim.copies) == 1
+    leases = await coordination(kube).list_namespaced_lease(kube.namespace)
+    assert leases.items == []  # released at the end
+
+
+async def test_a_lease_held_elsewhere_refuses_and_once_stale_is_taken_over_and_said_so(
+    deployment, capsys
+):
+    kube = deployment.kube
+    await deployment.home("alice", files=5)
+    name = migrate.temporary_name("claim-alice")
+    now = time.strftime("%Y-%m-%dT%H:%M:%S.000000Z", time.gmtime())
+    await coordination(kube).create_namespaced_lease(
+        kube.namespace,
+        {
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": {
+                "name": name,
+                "annotations": {migrate.HOST_KEY: "ops-laptop", migrate.PID_KEY: "4242"},
+            },
+            "spec": {
+                "holderIdentity": "ops@ops-laptop pid 4242 0a1b2c",
+                "leaseDurationSeconds": 60,
+                "acquireTime": now,
+                "renewTime": now,
+            },
+        },
+    )
+    argv = cli_args(kube, "apply", "alice", "--storage-class", RWX_CLASS)
+    status, out, _ = await run_cli(capsys, *argv, "--json")
+    assert status == 1
+    (row,) = json.loads(out)["results"]
+    assert (row["outcome"], row["holder"], row["since"]) == (
+        "held",
+        "ops@ops-laptop pid 4242 0a1b2c",
+        now,
+    )
+    await deployment.assert_untouched("alice")
+    old = await kube.core.read_persistent_volume(deployment.old["alice"])
+    assert migrate.STEP_KEY not in (old.metadata.annotations or {})
+
+    # that run stopped renewing ten minutes ago (its laptop went to sleep)
+    stale = time.strftime("%Y-%m-%dT%H:%M:%S.000000Z", time.gmtime(time.time() - 600))
+    await coordination(kube).patch_namespaced_lease(
+        name, kube.namespace, {"spec": {"renewTime": stale}}
+    )
+    status, out, _ = await run_cli(capsys, *argv)
+    assert status == 0, out
+    assert (
+        f"  took over the move from ops@ops-laptop pid 4242 0a1b2c (since {now}): not renewed "
+        "for 60 s"
+    ) in out.splitlines()
+    await deployment.assert_moved("alice")
+
+
+async def test_rollback_after_interleaved_applies_says_where_the_home_is_and_keeps_the_old_disk(
+    deployment, capsys
+):
+    """What two applies without a lease left (the moved claim marked again, the old volume's
+    step back to ``copying``); an older version of this command could leave it so."""
+    kube = deployment.kube
+    await deployment.home("alice", files=20)
+    assert (await mover(kube).apply("claim-alice"))["outcome"] == "done"
+    await kube.core.patch_namespaced_persistent_volume_claim(
+        "claim-alice",
+        kube.namespace,
+        {"metadata": {"annotations": {MIGRATION_ANNOTATION: "moving"}}},
+    )
+    await kube.core.patch_persistent_volume(
+        deployment.old["alice"],
+        {"metadata": {"annotations": {migrate.STEP_KEY: migrate.COPYING}}},
+    )
+
+    status, out, _ = await run_cli(capsys, *cli_args(kube, "rollback", "alice", "--json"))
+    assert status == 0, out
+    (result,) = json.loads(out)["results"]
+    pvc = await wait_bound(kube, "claim-alice")
+    old = await kube.core.read_persistent_volume(deployment.old["alice"])
+    if old.status.phase != "Bound" or old.spec.claim_ref.uid != pvc["metadata"]["uid"]:
+        assert old.spec.persistent_volume_reclaim_policy == "Retain"  # never Delete unbound
+    assert result.get("volume") == pvc["spec"]["volumeName"]  # where the home really is
+    await deployment.assert_untouched("alice")  # back on the old volume, unmarked
+    assert old.spec.persistent_volume_reclaim_policy == "Delete"  # bound again: as before
+    new = await kube.core.read_persistent_volume(deployment.new["alice"])
+    assert new.spec.persistent_volume_reclaim_policy == "Retain"  # the copy, with work since
+    assert result["kept_volume"] == deployment.new["alice"]
+    status, out, _ = await run_cli(capsys, *cli_args(kube, "status", "claim-alice", "--json"))
+    (row,) = json.loads(out)["moves"]
+    assert (row["step"], row["marked"]) == (None, False)
+
+
+# --------------------------------------------------------------------------------------------------
+# a move that cannot go on; a corrected class
+
+
+async def test_a_move_that_gives_up_unmarks_the_home_and_says_how_to_clear_it(
+    deployment, capsys, spawners
+):
+    kube = deployment.kube
+    await deployment.home("alice", files=5)
+    # nothing will ever bind the new claim: its class's provisioner does not run here
+    await kube.core.delete_persistent_volume(deployment.new["alice"])
+    status, out, err = await run_cli(
+        capsys,
+        *cli_args(kube, "apply", "alice", "--storage-class", UNPROVISIONED_CLASS, "--timeout", "3"),
+    )
+    assert (status, err) == (1, ""), out
+    (line,) = out.strip().splitlines()
+    assert line.startswith(
+        f"alice (claim-alice): error: the copy pod {kube.namespace}/migrate-claim-alice is not "
+        "scheduled after 3 s (--timeout)"
+    )
+    assert line.endswith(
+        "The move gave up: claim-alice is unmarked and stays on its old volume "
+        f"{deployment.old['alice']}, so alice can start servers again; fix that and apply "
+        f"again, or clear the move with: nebari-colocate migrate rollback alice -n {kube.namespace}"
+    )
+    await deployment.assert_untouched("alice")
+    status, out, _ = await run_cli(capsys, *cli_args(kube, "status", "--json"))
+    (row,) = json.loads(out)["moves"]
+    assert row["problem"].startswith("gave up: the copy pod")
+    spawner = spawners.make("alice")
+    await spawners.start(spawner)  # not refused "your home folder is being moved"
+    assert spawner._colocation_decision.verdict == "colocate"
+
+
+async def test_a_second_apply_with_another_class_moves_to_it_and_cleans_up_the_first(deployment):
+    kube = deployment.kube
+    await deployment.home("alice", files=20)
+    # the provisioner's volume of the class meant (not reserved for a claim name: the
+    # first class's temporary claim would otherwise get it)
+    await kube.core.delete_persistent_volume(deployment.new["alice"])
+    deployment.new["alice"] = f"{kube.namespace}-alice-shared-any"
+    await create_volume(kube, deployment.new["alice"], ("ReadWriteMany",), RWX_CLASS)
+    with pytest.raises(migrate.MigrateError, match="is not scheduled after 3 s"):
+        await mover(kube, storage_class=UNPROVISIONED_CLASS, bind_timeout=3).apply("claim-alice")
+    temporary = await kube.core.read_namespaced_persistent_volume_claim(
+        migrate.temporary_name("claim-alice"), kube.namespace
+    )
+    assert temporary.spec.storage_class_name == UNPROVISIONED_CLASS
+
+    result = await mover(kube, bind_timeout=10).apply("claim-alice")
+    assert result["outcome"] == "done", result
+    assert result["storage_class_changed"] == {"from": UNPROVISIONED_CLASS, "to": RWX_CLASS}
+    await deployment.assert_moved("alice")
+
+
+async def test_another_class_after_the_copy_is_verified_is_refused_naming_both(deployment, capsys):
+    kube = deployment.kube
+    await deployment.home("alice", files=20)
+
+    def stop(_claim, name):
+        if name == "copied":
+            raise migrate.Interrupted(name)
+
+    with pytest.raises(migrate.Interrupted):
+        await mover(kube, checkpoint=stop).apply("claim-alice")
+    status, out, err = await run_cli(
+        capsys, *cli_args(kube, "apply", "alice", "--storage-class", UNPROVISIONED_CLASS)
+    )
+    assert (status, err) == (1, "")
+    assert out.strip() == (
+        f"alice (claim-alice): error: claim-alice is moving to storage class {RWX_CLASS} (its "
+        f"copy is verified, step copied), not {UNPROVISIONED_CLASS}: finish it with "
+        f"nebari-colocate migrate apply alice -n {kube.namespace} --storage-class {RWX_CLASS}, "
+        f"or reset the move with nebari-colocate migrate rollback alice -n {kube.namespace} and "
+        "apply again"
+    )
+    old = await kube.core.read_persistent_volume(deployment.old["alice"])
+    assert old.metadata.annotations[migrate.STEP_KEY] == migrate.COPIED
+    assert (await mover(kube).apply("claim-alice"))["outcome"] == "done"
+    await deployment.assert_moved("alice")

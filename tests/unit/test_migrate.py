@@ -287,3 +287,119 @@ def test_the_hint_to_finish_a_move_names_the_volume_to_delete():
 def test_every_plan_action_and_outcome_code_has_words():
     assert set(messages.MIGRATE_ACTIONS) == set(migrate.ACTIONS)
     assert set(messages.MIGRATE_OUTCOMES) == set(migrate.OUTCOMES)
+
+
+# --------------------------------------------------------------------------------------------------
+# one run at a time per home: the lease
+
+NOW = migrate.parse_time("2026-12-01T10:00:00Z")
+
+
+def lease(holder="ops@laptop pid 42 ab12cd", host="laptop", pid="42", renewed="09:59:30"):
+    return {
+        "metadata": {
+            "name": "migrate-claim-alice",
+            "annotations": {migrate.HOST_KEY: host, migrate.PID_KEY: pid},
+        },
+        "spec": {
+            "holderIdentity": holder,
+            "leaseDurationSeconds": 60,
+            "acquireTime": "2026-12-01T09:50:00.000000Z",
+            "renewTime": f"2026-12-01T{renewed}.123456Z" if renewed else None,
+        },
+    }
+
+
+@pytest.mark.parametrize(
+    "test_variation_id, found, here, running, expect",
+    [
+        ("renewed 30 s ago on another host", lease(), "hub-0", False, migrate.HELD),
+        ("renewed 30 s ago here, its process runs", lease(), "laptop", True, migrate.HELD),
+        ("its process on this host has ended", lease(), "laptop", False, migrate.GONE),
+        ("not renewed for longer than 60 s", lease(renewed="09:58:59"), "hub-0", True, "stale"),
+        ("released (no holder)", lease(holder=""), "hub-0", True, migrate.STALE),
+        ("never renewed: the acquire time counts", lease(renewed=None), "hub-0", True, "stale"),
+        ("a pid that is no number is not judged", lease(pid="x"), "laptop", False, "held"),
+    ],
+)
+def test_a_lease_is_taken_over_only_when_its_holder_is_gone_or_it_went_stale(
+    test_variation_id, found, here, running, expect
+):
+    assert migrate.lease_state(found, NOW, here, lambda _pid: running) == expect
+
+
+def test_a_process_that_runs_is_alive_and_one_that_ended_is_not():
+    import os
+    import subprocess
+    import sys
+
+    assert migrate.pid_alive(os.getpid())
+    ended = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert not migrate.pid_alive(int(ended.stdout))
+
+
+def test_a_held_home_says_who_holds_it_and_since_when_in_one_line():
+    result = {
+        "outcome": "held",
+        "claim": "claim-alice",
+        **migrate.lease_facts(lease()),
+    }
+    text = messages.migrate_outcome(result)
+    assert text == (
+        "not done: another run holds this home's move (ops@laptop pid 42 ab12cd, since "
+        "2026-12-01T09:50:00.000000Z, lease migrate-claim-alice renewed "
+        "2026-12-01T09:59:30.123456Z); wait for it to end (a lease not renewed for 60 s, or "
+        "whose process on this host has ended, is taken over by the next run)"
+    )
+    assert "\n" not in text
+
+
+def test_a_lease_taken_over_and_a_class_changed_are_said_under_the_outcome():
+    result = {
+        "outcome": "done",
+        "claim": "claim-alice",
+        "new_volume": "pv-new",
+        "took_over": {**migrate.lease_facts(lease()), "state": migrate.GONE},
+        "storage_class_changed": {"from": "nfs-old", "to": "nfs"},
+    }
+    assert messages.migrate_notes(result) == [
+        "took over the move from ops@laptop pid 42 ab12cd (since 2026-12-01T09:50:00.000000Z): "
+        "its process on this host has ended",
+        "the unfinished move to storage class nfs-old now goes to nfs: its temporary claim and "
+        "copy pod in nfs-old were deleted",
+    ]
+
+
+def test_a_rollback_says_the_volume_the_claim_is_on_as_read():
+    result = {"outcome": "rolled-back", "claim": "claim-alice", "old_volume": "pv-old"}
+    assert messages.migrate_outcome({**result, "volume": "pv-old"}) == (
+        "rolled back: claim-alice is on volume pv-old again"
+    )
+
+
+@pytest.mark.parametrize("flag", ["--timeout", "--copy-timeout"])
+@pytest.mark.parametrize("value", ["0", "-5", "soon", "nan", "inf"])
+def test_a_bad_wait_is_one_line_naming_the_flag(capsys, flag, value):
+    from nebari_colocate import cli
+
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["migrate", "apply", "alice", flag, value])
+    assert exited.value.code == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line == (
+        f"nebari-colocate migrate apply: error: argument {flag}: invalid {flag} {value!r}: use "
+        "a number of seconds > 0"
+    )
+
+
+def test_rollback_takes_the_wait_flag_too(capsys):
+    from nebari_colocate import cli
+
+    args = cli.build_parser().parse_args(["migrate", "rollback", "alice", "--timeout", "12.5"])
+    assert args.timeout == 12.5
+    assert cli.build_parser().parse_args(["migrate", "apply", "--all"]).timeout == 300
