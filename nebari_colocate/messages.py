@@ -217,6 +217,13 @@ def reason_sentences(decision: Decision, pod: Obj) -> list[str]:
                 f"your volume is still in use on node {node}, which no longer exists (it may "
                 "still be attached to that node)"
             )
+        elif code == HOME_BEING_MOVED and decision.moving_stalled:
+            stopped = _clock(decision.moving_stalled)
+            sentences.append(
+                "the move of your home folder to new storage stopped part-way"
+                + (f" (at {stopped})" if stopped else "")
+                + " and waits for an administrator"
+            )
         elif code == HOME_BEING_MOVED:
             since = _clock(decision.moving_since)
             sentences.append(
@@ -258,6 +265,14 @@ HOME_MOVE_ADVICE = (
 )
 
 
+#: what a user is told when the move of their home gave up part-way (only an administrator can
+#: finish it, or put it back, with ``nebari-colocate migrate apply|rollback``)
+HOME_MOVE_STALLED_ADVICE = (
+    "Your files are kept safe. Trying again will not help until it is fixed: ask your "
+    "administrator to finish the move or put your home back (nebari-colocate migrate)."
+)
+
+
 def _advice(
     decision: Decision,
     holders: list[str],
@@ -265,6 +280,8 @@ def _advice(
     own_pods: int = 0,
     others: int = 0,
 ) -> str:
+    if HOME_BEING_MOVED in decision.reasons and decision.moving_stalled:
+        return HOME_MOVE_STALLED_ADVICE
     if HOME_BEING_MOVED in decision.reasons:
         return HOME_MOVE_ADVICE
     if SPLIT_ATTACHMENT in decision.reasons:

@@ -49,6 +49,7 @@ from typing import Any
 from .objects import (
     MIGRATION_ANNOTATION,
     MIGRATION_SINCE_ANNOTATION,
+    MIGRATION_STALLED_ANNOTATION,
     MOVING,
     RWO,
     RWX,
@@ -572,7 +573,13 @@ def claim_metadata(pvc: Obj | None) -> str:
         k: v
         for k, v in _annotations(pvc).items()
         if not k.startswith(_SYSTEM_ANNOTATIONS)
-        and k not in (MIGRATION_ANNOTATION, MIGRATION_SINCE_ANNOTATION, FROM_KEY)
+        and k
+        not in (
+            MIGRATION_ANNOTATION,
+            MIGRATION_SINCE_ANNOTATION,
+            MIGRATION_STALLED_ANNOTATION,
+            FROM_KEY,
+        )
     }
     labels = dict(_meta(pvc).get("labels") or {})
     return json.dumps({"labels": labels, "annotations": annotations}, sort_keys=True)
@@ -1064,6 +1071,9 @@ class Mover:
         switched = await self._switch_class(home)
         if switched:
             outcome["storage_class_changed"] = switched
+        if home.pvc is not None and _annotations(home.pvc).get(MIGRATION_STALLED_ANNOTATION):
+            # an apply again resumes a move that gave up part-way: it is moving, not stalled
+            await self._annotate_pvc(claim, {MIGRATION_STALLED_ANNOTATION: None})
         for name, step in self._steps():
             await self._keep_lease(force=True)  # still ours: nobody else wrote meanwhile
             home = await self.home(claim)
@@ -1104,6 +1114,9 @@ class Mover:
                 f"again, or clear the move with: {self._command('rollback', user)}"
             )
         if home.step in SWAP_PHASE:
+            if home.pvc is not None and _annotations(home.pvc).get(MIGRATION_ANNOTATION) == MOVING:
+                # the user's refusal says the move stopped and waits for an administrator
+                await self._annotate_pvc(claim, {MIGRATION_STALLED_ANNOTATION: _now()})
             return MigrateError(
                 f"{_sentence(exc)} {claim} stays marked (its claim is being swapped to the new "
                 f"volume, {user}'s servers are refused): apply again to finish, or put it back "
@@ -1151,7 +1164,12 @@ class Mover:
         await self._annotate_pv(name, {STEP_KEY: RETAINED, RESULT_KEY: None, PROBLEM_KEY: problem})
         if home.pvc is not None and _spec(home.pvc).get("volumeName") == name:
             await self._annotate_pvc(
-                home.claim, {MIGRATION_ANNOTATION: None, MIGRATION_SINCE_ANNOTATION: None}
+                home.claim,
+                {
+                    MIGRATION_ANNOTATION: None,
+                    MIGRATION_SINCE_ANNOTATION: None,
+                    MIGRATION_STALLED_ANNOTATION: None,
+                },
             )
 
     # Each step below reads the home as recorded now, does nothing when its effect is there (or
@@ -1213,7 +1231,12 @@ class Mover:
             )
         if _annotations(home.pvc).get(MIGRATION_ANNOTATION) != MOVING:
             await self._annotate_pvc(
-                home.claim, {MIGRATION_ANNOTATION: MOVING, MIGRATION_SINCE_ANNOTATION: _now()}
+                home.claim,
+                {
+                    MIGRATION_ANNOTATION: MOVING,
+                    MIGRATION_SINCE_ANNOTATION: _now(),
+                    MIGRATION_STALLED_ANNOTATION: None,
+                },
             )
         running = holders(await self.pods(), home.claim)
         if running:  # started between the plan and the mark
@@ -1302,7 +1325,12 @@ class Mover:
                 },
             )
             await self._annotate_pvc(
-                claim, {MIGRATION_ANNOTATION: None, MIGRATION_SINCE_ANNOTATION: None}
+                claim,
+                {
+                    MIGRATION_ANNOTATION: None,
+                    MIGRATION_SINCE_ANNOTATION: None,
+                    MIGRATION_STALLED_ANNOTATION: None,
+                },
             )
             return {
                 "outcome": OUT_FAILED,
@@ -1514,7 +1542,12 @@ class Mover:
                 },
             )
         await self._annotate_pvc(
-            home.claim, {MIGRATION_ANNOTATION: None, MIGRATION_SINCE_ANNOTATION: None}
+            home.claim,
+            {
+                MIGRATION_ANNOTATION: None,
+                MIGRATION_SINCE_ANNOTATION: None,
+                MIGRATION_STALLED_ANNOTATION: None,
+            },
         )
         await self._annotate_pv(_meta(home.old_pv)["name"], {STEP_KEY: DONE, PROBLEM_KEY: None})
         return new_name
@@ -1623,7 +1656,12 @@ class Mover:
         if volume is not None:
             kept.append(other)
         await self._annotate_pvc(
-            home.claim, {MIGRATION_ANNOTATION: MOVING, MIGRATION_SINCE_ANNOTATION: _now()}
+            home.claim,
+            {
+                MIGRATION_ANNOTATION: MOVING,
+                MIGRATION_SINCE_ANNOTATION: _now(),
+                MIGRATION_STALLED_ANNOTATION: None,
+            },
         )
         await self._delete_pvc(home.claim, _meta(current)["uid"])
 
@@ -1716,7 +1754,12 @@ class Mover:
         )
         await self._annotate_pvc(
             home.claim,
-            {MIGRATION_ANNOTATION: None, MIGRATION_SINCE_ANNOTATION: None, FROM_KEY: None},
+            {
+                MIGRATION_ANNOTATION: None,
+                MIGRATION_SINCE_ANNOTATION: None,
+                MIGRATION_STALLED_ANNOTATION: None,
+                FROM_KEY: None,
+            },
         )
 
     # -- status ---------------------------------------------------------------------------------

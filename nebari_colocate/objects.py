@@ -42,6 +42,9 @@ HOSTNAME = "kubernetes.io/hostname"
 MIGRATION_ANNOTATION = "nebari.dev/migration"
 MIGRATION_SINCE_ANNOTATION = "nebari.dev/migration-started"
 MOVING = "moving"
+#: on a marked claim whose move gave up part-way (the claim was being swapped): an administrator
+#: must finish the move or roll it back; the value says when it stopped (ISO 8601, UTC)
+MIGRATION_STALLED_ANNOTATION = "nebari.dev/migration-stalled"
 
 #: the extended resources of the GPU device plugins (NVIDIA, AMD)
 GPU_RESOURCES = ("nvidia.com/gpu", "amd.com/gpu")

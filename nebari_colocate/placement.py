@@ -21,6 +21,7 @@ from .config import (
 from .objects import (
     MIGRATION_ANNOTATION,
     MIGRATION_SINCE_ANNOTATION,
+    MIGRATION_STALLED_ANNOTATION,
     MOVING,
     RWO,
     RWOP,
@@ -111,6 +112,8 @@ class Decision:
     notes: list[str] = field(default_factory=list)
     #: for home-being-moved: when the move started (ISO 8601, UTC), if recorded
     moving_since: str | None = None
+    #: for home-being-moved: the move gave up part-way and waits for an administrator (when)
+    moving_stalled: str | None = None
     #: for a refusal: the user's own servers to stop so that this one can start, if any
     way_out: WayOut | None = None
 
@@ -167,10 +170,14 @@ def decide(pod: Obj, state: ClusterState, policy: Policy) -> Decision:
     # 0. A home being moved to other storage (nebari-colocate migrate): nothing starts on it.
     moving = [c for c in all_claims if _moving(state.pvc(namespace, c))]
     if moving:
-        since = (meta(state.pvc(namespace, moving[0])).get("annotations") or {}).get(
-            MIGRATION_SINCE_ANNOTATION
+        marks = meta(state.pvc(namespace, moving[0])).get("annotations") or {}
+        return Decision(
+            REFUSE,
+            reasons=[HOME_BEING_MOVED],
+            claims=moving,
+            moving_since=marks.get(MIGRATION_SINCE_ANNOTATION),
+            moving_stalled=marks.get(MIGRATION_STALLED_ANNOTATION),
         )
-        return Decision(REFUSE, reasons=[HOME_BEING_MOVED], claims=moving, moving_since=since)
 
     # 1. Claims: only exclusive claims constrain placement.
     modes = {c: claim_modes(state.pvc(namespace, c), policy) for c in all_claims}

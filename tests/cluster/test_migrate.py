@@ -40,9 +40,11 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 from unit.test_copy_home import independent_diff
 
-from nebari_colocate import cli, migrate
-from nebari_colocate.objects import MIGRATION_ANNOTATION
+from nebari_colocate import cli, messages, migrate
+from nebari_colocate.objects import MIGRATION_ANNOTATION, MIGRATION_STALLED_ANNOTATION
+from nebari_colocate.placement import Policy, decide
 from nebari_colocate.spawner import ColocationRefused
+from nebari_colocate.state import ClusterState
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 RWO_CLASS = "migrate-test-disk"
@@ -928,6 +930,49 @@ async def test_a_claim_recreated_by_a_spawn_mid_swap_stops_the_move_and_keeps_bo
         assert volume.spec.persistent_volume_reclaim_policy == "Retain"
     assert (deployment.sim.volume_dir(deployment.new["alice"]) / "notebook.ipynb").exists()
     assert (deployment.sim.volume_dir(deployment.old["alice"]) / "notebook.ipynb").exists()
+
+
+async def test_a_move_that_gives_up_mid_swap_tells_the_user_an_administrator_must_finish_it(
+    deployment, capsys
+):
+    """Given up after the home claim was recreated on the new volume (it stays marked: the claim
+    is being swapped), the user's refusal must not say "try again in a few minutes"."""
+    kube = deployment.kube
+    await deployment.home("alice", files=5)
+    new_volume = deployment.new["alice"]
+
+    async def reserve_elsewhere(_claim, name):
+        if name == "old-deleted":  # the new volume reserved for another claim: no bind
+            await kube.core.patch_persistent_volume(
+                new_volume,
+                {"spec": {"claimRef": {"name": "someone-else", "namespace": kube.namespace}}},
+            )
+
+    with pytest.raises(migrate.MigrateError) as error:
+        await mover(kube, checkpoint=reserve_elsewhere, bind_timeout=3).apply("claim-alice")
+    assert "stays marked" in str(error.value) and "rollback" in str(error.value)
+    claim = await kube.core.read_namespaced_persistent_volume_claim("claim-alice", kube.namespace)
+    marks = claim.metadata.annotations or {}
+    assert marks.get(MIGRATION_ANNOTATION) == "moving"
+    assert marks.get(MIGRATION_STALLED_ANNOTATION)
+    # what alice's next spawn is told, from the claim as the API has it
+    pvc = kube.api_client.sanitize_for_serialization(claim)
+    lab = builders.pod("jupyter-alice", user="alice", server="", claims=["claim-alice"])
+    lab["metadata"]["namespace"] = kube.namespace
+    decision = decide(lab, ClusterState.from_objects([pvc], namespace=kube.namespace), Policy())
+    assert decision.reasons == ["home-being-moved"]
+    text = messages.user_message(decision, lab, username="alice", server_name="")
+    assert "stopped part-way" in text and "administrator" in text, text
+    assert "few minutes" not in text, text
+    # the way back: rollback puts the home on its old volume, unmarked
+    await kube.core.patch_persistent_volume(
+        new_volume, {"spec": {"claimRef": {"name": "claim-alice", "namespace": kube.namespace}}}
+    )
+    status, out, _ = await run_cli(capsys, *cli_args(kube, "rollback", "alice"))
+    assert status == 0, out
+    claim = await kube.core.read_namespaced_persistent_volume_claim("claim-alice", kube.namespace)
+    marks = claim.metadata.annotations or {}
+    assert MIGRATION_ANNOTATION not in marks and MIGRATION_STALLED_ANNOTATION not in marks
 
 
 async def test_a_new_claim_that_never_binds_ends_apply_with_a_reason_and_rolls_back(

@@ -11,7 +11,11 @@ import pytest
 from builders import NAMESPACE, pod, pvc, running, state
 
 from nebari_colocate import copy_home, messages, migrate
-from nebari_colocate.objects import MIGRATION_ANNOTATION, MIGRATION_SINCE_ANNOTATION
+from nebari_colocate.objects import (
+    MIGRATION_ANNOTATION,
+    MIGRATION_SINCE_ANNOTATION,
+    MIGRATION_STALLED_ANNOTATION,
+)
 from nebari_colocate.placement import REASON_CODES, REFUSE, Policy, decide
 
 
@@ -77,6 +81,21 @@ def test_the_refusal_without_a_start_time_says_no_time():
     assert text.startswith(
         "Your server 'lab' cannot start: your home folder is being moved to new storage by an "
         "administrator. "
+    )
+
+
+def test_a_move_that_stopped_part_way_says_an_administrator_must_finish_it():
+    claim = moving(pvc("claim-alice"))
+    claim["metadata"]["annotations"][MIGRATION_STALLED_ANNOTATION] = "2026-12-01T09:20:00Z"
+    new = pod("jupyter-alice", claims=["claim-alice"], user="alice")
+    decision = decide(new, state(claim), Policy())
+    assert decision.moving_stalled == "2026-12-01T09:20:00Z"
+    text = messages.user_message(decision, new, username="alice", server_name="")
+    assert text == (
+        "Your default server cannot start: the move of your home folder to new storage stopped "
+        "part-way (at 09:20 UTC) and waits for an administrator. Your files are kept safe. "
+        "Trying again will not help until it is fixed: ask your administrator to finish the move "
+        "or put your home back (nebari-colocate migrate)."
     )
 
 
