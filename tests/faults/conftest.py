@@ -7,7 +7,9 @@
   checks go around the faults), spawners whose API client goes through the proxy, a monitor of
   the spawners' event loop (the hub's), and the teardown checks every fault test must pass: no
   RWO claim on two nodes, no pod left once every server is stopped, no claim but the users'
-  homes, every per-user lock released, the loop never stalled.
+  homes, every per-user lock released, the loop never stalled. ``hub.start_dead_hub()`` runs a
+  first hub in a process of its own (:class:`DeadHub`, to be killed mid-spawn); the fixture's
+  spawners are then the hub that restarted.
 """
 
 from __future__ import annotations
@@ -17,10 +19,17 @@ import contextlib
 import json
 import os
 import secrets
+import sys
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import builders
+
+# What a JupyterHub process has imported before its loop serves a spawn (its handlers and
+# metrics); imported lazily inside the loop, they cost the first refusal half a second of CPU.
+import jupyterhub.apihandlers  # noqa: F401
+import prometheus_client  # noqa: F401
 import pytest
 from kube import helpers
 from kube.controlplane import ControlPlane
@@ -43,6 +52,7 @@ RAW_MARKERS = (
 )
 #: the most CPU time the hub's event loop may spend between two ticks of a 20 ms timer
 MAX_LOOP_LAG = 0.5
+TESTS_DIR = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture(scope="session")
@@ -95,6 +105,51 @@ class Outcome:
         return text
 
 
+class DeadHub:
+    """A first hub in a process of its own (``dead_hub.py``), through the same proxy: the test
+    asks it to spawn, reads what it says, and kills it with SIGKILL."""
+
+    def __init__(self, process: asyncio.subprocess.Process):
+        self.process = process
+        self.facts: list[dict] = []
+
+    @classmethod
+    async def start(cls, kubeconfig: Path, namespace: str) -> DeadHub:
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS_DIR), str(TESTS_DIR.parent)])}
+        process = await asyncio.create_subprocess_exec(
+            sys.executable,
+            str(Path(__file__).parent / "dead_hub.py"),
+            str(kubeconfig),
+            namespace,
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            env=env,
+        )
+        dead = cls(process)
+        await dead.until(ready=True)
+        return dead
+
+    async def spawn(self, user: str, server: str = "", **traits) -> None:
+        assert self.process.stdin is not None
+        self.process.stdin.write(json.dumps({"spawn": [user, server, traits]}).encode() + b"\n")
+        await self.process.stdin.drain()
+
+    async def until(self, timeout: float = 30.0, **fact) -> None:
+        """Read what the hub says until it says ``fact``; fail if it says a spawn failed."""
+        assert self.process.stdout is not None
+        while fact not in self.facts:
+            line = await asyncio.wait_for(self.process.stdout.readline(), timeout)
+            assert line, f"the first hub exited (rc={self.process.returncode}) before {fact}"
+            said = json.loads(line)
+            assert "failed" not in said, f"the first hub's spawn failed: {said}"
+            self.facts.append(said)
+
+    async def kill(self) -> None:
+        if self.process.returncode is None:
+            self.process.kill()
+        await self.process.wait()
+
+
 class Hub:
     """Spawners as a hub runs them, on the fault plane, through the proxy."""
 
@@ -113,6 +168,27 @@ class Hub:
         self.max_wall_lag = 0.0
         self.kubeconfig = tmp / "hub-through-proxy.kubeconfig"
         self.kubeconfig.write_text(json.dumps(proxy.kubeconfig()))
+        self.dead_hubs: list[DeadHub] = []
+
+    async def start_dead_hub(self) -> DeadHub:
+        """A first hub, in a process of its own, on this namespace and through the proxy."""
+        dead = await DeadHub.start(self.kubeconfig, self.namespace)
+        self.dead_hubs.append(dead)
+        return dead
+
+    async def restart_check(self, spawner) -> bool:
+        """What JupyterHub's ``init_spawners`` does, on start, with a server its database says
+        was started (a spawn still pending when the hub died is one): poll; a pod that runs is
+        taken over (its notebook would answer the hub's HTTP check; nothing answers on this
+        plane, so running is the stand-in); else ``user.stop``: ``stop()`` if poll says the pod
+        is there, then ``clear_state()``. True when taken over."""
+        if await spawner.poll() is None:
+            pod = (await self.pods()).get(spawner.pod_name)
+            if pod is not None and helpers.is_running(pod):
+                return True
+            await spawner.stop()
+        spawner.clear_state()
+        return False
 
     async def create_node(self, name: str, **kwargs) -> None:
         self.nodes.append(name)
@@ -288,6 +364,8 @@ async def hub(fault_plane, proxy, monkeypatch, tmp_path):
     monitor = asyncio.ensure_future(_watch_loop_lag(h))
     try:
         yield h
+        for dead in h.dead_hubs:
+            await dead.kill()
         proxy.clear()
         for name in ("etcd", "apiserver"):
             with contextlib.suppress(Exception):
@@ -298,6 +376,8 @@ async def hub(fault_plane, proxy, monkeypatch, tmp_path):
         assert h.max_lag < MAX_LOOP_LAG, f"the hub's event loop ran {h.max_lag:.3f} s at a stretch"
     finally:
         monitor.cancel()
+        for dead in h.dead_hubs:
+            await dead.kill()
         for task in list(ColocatingKubeSpawner._api_fault_sweeps):
             task.cancel()
         await stop_reflectors(namespace)

@@ -10,9 +10,10 @@ spawner's loop (the hub's) carries nothing of it.  Faults, settable while it run
   with a Kubernetes ``Status`` body (429 carries ``Retry-After: 1``, as API Priority and Fairness
   does) instead of forwarding; ``fail_watches`` says whether watch requests fail too;
 - ``reset_watches()``: cut every open watch stream (the reflectors must notice and re-list);
-- ``hold``: a predicate on (method, path); matching requests wait until ``release()`` and are then
-  forwarded even if their client gave up meanwhile: a request that reached a stalled apiserver
-  and is carried out when it resumes;
+- ``hold``: a predicate on (method, path); matching requests wait until ``release()`` (all, or
+  those creating the objects named) and are then forwarded even if their client gave up (or
+  died) meanwhile: a request that reached a stalled apiserver and is carried out when it
+  resumes. ``held()`` names the objects the held requests create;
 - ``blackhole``: a predicate on the path; matching watch streams stay open but carry nothing
   from then on (a dropped NAT or load-balancer flow: no error, no byte);
 - ``refuse_on(predicate, seconds)``: the first request matching (method, path, query) starts
@@ -77,7 +78,7 @@ class FaultProxy:
         self._refuse_trigger = None  # (callable(method, path, query) -> bool, seconds)
         self.refusals = 0  # refusal windows started
         self.counts = Counts()
-        self._released: asyncio.Event | None = None
+        self._held: list[tuple[str, asyncio.Event]] = []  # (object name, its gate)
         self.url: str | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
@@ -117,17 +118,26 @@ class FaultProxy:
         connections (every open one cut, the port closed), then serve again."""
         self._refuse_trigger = (predicate, seconds)
 
-    def release(self) -> None:
-        """Forward every held request, and hold no more."""
-        self.hold = None
+    def release(self, names: set[str] | None = None) -> None:
+        """Forward every held request, and hold no more; or, given ``names``, forward only the
+        held requests that create objects of those names, and keep holding."""
+        if names is None:
+            self.hold = None
 
         def wake():
-            held, self._released = self._released, asyncio.Event()
-            assert held is not None
-            held.set()
+            with self._lock:
+                chosen = [h for h in self._held if names is None or h[0] in names]
+                self._held = [h for h in self._held if h not in chosen]
+            for _, gate in chosen:
+                gate.set()
 
         assert self._loop is not None
         self._loop.call_soon_threadsafe(wake)
+
+    def held(self) -> list[str]:
+        """The names of the objects the requests held now would create."""
+        with self._lock:
+            return [name for name, _ in self._held]
 
     def reset_watches(self) -> int:
         """Cut every open watch stream; returns how many were cut."""
@@ -169,7 +179,6 @@ class FaultProxy:
 
     async def _serve(self) -> None:
         self._stop = asyncio.Event()
-        self._released = asyncio.Event()
         self._session = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(ssl=self._ssl, limit=0),
             # No timeouts of its own: a frozen apiserver holds the request as long as the client
@@ -241,8 +250,10 @@ class FaultProxy:
         body = await request.read()
         hold = self.hold
         if hold is not None and hold(request.method, request.path):
-            assert self._released is not None
-            await self._released.wait()
+            gate = asyncio.Event()
+            with self._lock:
+                self._held.append((_object_name(body), gate))
+            await gate.wait()
         headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP_BY_HOP}
         url = f"{self.upstream}{request.rel_url}"
         try:
@@ -267,12 +278,13 @@ class FaultProxy:
             try:
                 response = web.StreamResponse(status=upstream.status, headers=out_headers)
                 await response.prepare(request)
-                async for chunk in upstream.content.iter_any():
-                    blackhole = self.blackhole
-                    if blackhole is not None and blackhole(request.path):
-                        continue  # the stream stays open and silent
-                    await response.write(chunk)
+                # A client that went away (a hub killed with its watches open) ends the stream.
                 with contextlib.suppress(ConnectionError):
+                    async for chunk in upstream.content.iter_any():
+                        blackhole = self.blackhole
+                        if blackhole is not None and blackhole(request.path):
+                            continue  # the stream stays open and silent
+                        await response.write(chunk)
                     await response.write_eof()
                 return response
             finally:
@@ -298,3 +310,11 @@ class FaultProxy:
         return web.Response(
             status=code, text=json.dumps(body), content_type="application/json", headers=headers
         )
+
+
+def _object_name(body: bytes) -> str:
+    """The ``metadata.name`` of the object a create request's body carries ("" if none)."""
+    try:
+        return str(json.loads(body)["metadata"]["name"])
+    except (ValueError, KeyError, TypeError):
+        return ""

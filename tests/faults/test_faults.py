@@ -14,7 +14,10 @@ import asyncio
 import logging
 
 import pytest
+from kube import helpers
+from kube.spawning import make_spawner
 
+from nebari_colocate.spawner import ColocatingKubeSpawner
 from nebari_colocate.view import ClusterView
 
 pytestmark = pytest.mark.faults
@@ -285,3 +288,97 @@ async def test_a_two_second_api_restart_during_the_check_does_not_fail_the_spawn
     assert hub.proxy.refusals == 1, "the restart never happened: the test proves nothing"
     assert outcome.started, outcome.error
     assert await pinned_node(hub, lab) == node
+
+
+# --------------------------------------------------------------------------------------------------
+# the hub restarted while spawns are pending
+
+
+async def wait_for_pods(hub, names: set[str], timeout: float = 30.0) -> dict[str, dict]:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while True:
+        pods = await hub.pods()
+        if names <= set(pods):
+            return pods
+        assert asyncio.get_running_loop().time() < deadline, f"no pods {sorted(names - set(pods))}"
+        await asyncio.sleep(0.2)
+
+
+async def test_a_hub_killed_while_spawns_are_pending_leaves_nothing_the_next_hub_cannot_take_over(
+    hub,
+):
+    """kill -9 of a hub whose spawns are at every step: alice's app runs and her lab's pod is
+    Pending on its node; bob's and carol's checks are done and their pod creates are on their
+    way to the apiserver, which carries out bob's before the next hub starts and carol's after
+    that hub gave her server up. The next hub starts with nothing of the first (no lock, no
+    view, no reflector): JupyterHub's start-up check takes over what runs and stops the rest;
+    then each user's next spawn starts, or is refused in words, and every pod is a server's."""
+    n1, n2 = f"{hub.namespace}-n1", f"{hub.namespace}-n2"
+    for node in (n1, n2):
+        await hub.create_node(node)
+    for user in ("alice", "bob", "carol"):
+        await hub.create_bound_claim(f"claim-{user}")
+    servers = [("alice", "app"), ("alice", ""), ("bob", ""), ("carol", "")]
+    pod_name = {
+        key: make_spawner(ColocatingKubeSpawner, hub.namespace, *key).pod_name for key in servers
+    }
+
+    first = await hub.start_dead_hub()
+    await first.spawn("alice", "app", node_selector={"kubernetes.io/hostname": n1})
+    await first.until(started=["alice", "app"])
+    await first.spawn("alice", "", extra_annotations=helpers.HOLD)  # its pod stays Pending
+    await wait_for_pods(hub, {pod_name["alice", ""]})
+    hub.proxy.hold = lambda method, path: method == "POST" and path.endswith("/pods")
+    await first.spawn("bob")
+    await first.spawn("carol")
+    late = {pod_name["bob", ""], pod_name["carol", ""]}
+    for _ in range(300):
+        if set(hub.proxy.held()) == late:
+            break
+        await asyncio.sleep(0.1)
+    else:
+        pytest.fail(f"the creates held are {hub.proxy.held()}, not {sorted(late)}")
+    await first.kill()
+    hub.proxy.release({pod_name["bob", ""]})
+    await wait_for_pods(hub, {pod_name["bob", ""]})
+    await helpers.wait_for_running(hub.api_client, hub.namespace, pod_name["bob", ""])
+    await helpers.assert_no_split_claims(hub.api_client, hub.namespace)
+
+    # The next hub: every server its database says was started is checked as JupyterHub does.
+    restarted = {key: hub.make(*key) for key in servers}
+    taken_over = {key for key, s in restarted.items() if await hub.restart_check(s)}
+    assert taken_over == {("alice", "app"), ("bob", "")}
+    hub.proxy.release()  # carol's create reaches the apiserver after her server was given up
+    stale = (await wait_for_pods(hub, {pod_name["carol", ""]}))[pod_name["carol", ""]]
+    assert pod_name["alice", ""] not in await hub.pods()  # the Pending lab was stopped
+    await helpers.assert_no_split_claims(hub.api_client, hub.namespace)
+
+    # Each user's next spawn.
+    lab, carol = restarted["alice", ""], restarted["carol", ""]
+    big = hub.make("alice", "big", cpu_guarantee=8)
+    bob_app = hub.make("bob", "app")
+    outcomes = await asyncio.gather(*(hub.spawn(s) for s in (lab, big, bob_app, carol)))
+    for outcome in outcomes:
+        print(
+            f"  {outcome.spawner.user.name}/{outcome.spawner.name}: "
+            f"{outcome.url or outcome.error!r}"
+        )
+    lab_outcome, big_outcome, bob_outcome, carol_outcome = outcomes
+    assert lab_outcome.started, lab_outcome.error
+    assert bob_outcome.started, bob_outcome.error
+    assert carol_outcome.started, carol_outcome.error
+    assert not big_outcome.started
+    print(f"  alice/big: {big_outcome.readable()}")
+    assert big_outcome.error.decision.reasons == ["insufficient:cpu"]
+    await helpers.assert_no_split_claims(hub.api_client, hub.namespace)
+    pods = await hub.pods()
+    assert pods[lab.pod_name]["spec"]["nodeName"] == n1  # beside the app the hub took over
+    bob_lab = pods[pod_name["bob", ""]]["spec"]["nodeName"]
+    assert pods[bob_app.pod_name]["spec"]["nodeName"] == bob_lab
+    # carol's stale pod was replaced by her new server's
+    assert pods[carol.pod_name]["metadata"]["uid"] != stale["metadata"]["uid"]
+    # No pod without a server.
+    serving = {
+        s.pod_name for s in (restarted["alice", "app"], restarted["bob", ""], lab, bob_app, carol)
+    }
+    assert set(pods) == serving

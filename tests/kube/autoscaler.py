@@ -157,6 +157,7 @@ class Autoscaler:
         self.timeout = timeout
         self.log: str | None = None
         self.startup_seconds: float | None = None
+        self.metrics_port: int | None = None
         self._component: _Component | None = None
 
     # -- public ---------------------------------------------------------------------------------
@@ -193,6 +194,21 @@ class Autoscaler:
 
     def alive(self) -> bool:
         return self._component is not None and self._component.alive()
+
+    def metrics(self) -> dict[tuple[str, frozenset], float]:
+        """Karpenter's Prometheus metrics now: (sample name, its labels) -> value."""
+        from prometheus_client.parser import text_string_to_metric_families
+
+        if self.metrics_port is None:
+            raise RuntimeError("Autoscaler.metrics(): Karpenter is not started")
+        url = f"http://{HOST}:{self.metrics_port}/metrics"
+        with urllib.request.urlopen(url, timeout=5) as r:
+            text = r.read().decode()
+        return {
+            (sample.name, frozenset(sample.labels.items())): sample.value
+            for family in text_string_to_metric_families(text)
+            for sample in family.samples
+        }
 
     def __enter__(self) -> Autoscaler:
         return self.start()
@@ -288,6 +304,7 @@ class Autoscaler:
         self._component = _Component("karpenter", [str(self.bin)], log_path, env)
         self._component.start()
         self.log = str(log_path)
+        self.metrics_port = metrics_port
 
     def _wait_ready(self, health_port: int) -> None:
         url = f"http://{HOST}:{health_port}/readyz"
@@ -352,6 +369,13 @@ async def karpenter_nodes(api, pool: str | None = None) -> list[dict]:
     selector = f"{NODEPOOL_LABEL}={pool}" if pool else NODEPOOL_LABEL
     nodes = await client.CoreV1Api(api).list_node(label_selector=selector)
     return [api.sanitize_for_serialization(n) for n in nodes.items]
+
+
+def metric(metrics: dict[tuple[str, frozenset], float], name: str, **labels: str) -> float:
+    """The sum of the samples ``name`` of ``metrics`` (``Autoscaler.metrics()``) whose labels
+    include ``labels``."""
+    wanted = set(labels.items())
+    return sum(v for (n, have), v in metrics.items() if n == name and wanted <= have)
 
 
 async def wait_for(predicate, timeout: float, what: str, interval: float = 0.2):
