@@ -9,8 +9,10 @@ allowed, and :func:`check_config` runs them all on a hub's config at hub start.
 from __future__ import annotations
 
 import copy
+import math
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from traitlets import TraitError
@@ -46,6 +48,27 @@ MIN_WATCH_STALE_SECONDS = 65.0
 #: seconds since a watch's last event or bookmark within which the live view is *fresh*: an
 #: unpinned decision is then taken from memory alone, else confirmed by one namespaced LIST
 FRESH_SECONDS = 3.0
+#: ``fail_fast_on_events``: end a spawn its pod's events say cannot succeed
+DEFAULT_FAIL_FAST_ON_EVENTS = True
+#: seconds an unpinned pod may stay unschedulable with no word from an autoscaler
+#: (``unschedulable_grace_seconds``; 0 or less: wait for start_timeout)
+DEFAULT_UNSCHEDULABLE_GRACE_SECONDS = 60.0
+#: seconds image pulls may keep failing before the spawn is ended (``image_pull_grace_seconds``)
+DEFAULT_IMAGE_PULL_GRACE_SECONDS = 120.0
+#: seconds a REST-requested refusal stays pending before it fails (``refusal_hold_seconds``)
+DEFAULT_REFUSAL_HOLD_SECONDS = 3.0
+#: what messages call the default server (``default_server_display_name``); None: chosen by
+#: whether jhub-apps built the spawner class
+DEFAULT_SERVER_DISPLAY_NAME: str | None = None
+
+# named constants the spawner reads (not settings: a test or a benchmark may change them on one
+# spawner, a hub has no reason to)
+
+#: seconds between looks at the event reflector's cache while a pod starts
+EVENT_POLL_INTERVAL = 0.5
+#: seconds a spawn the API failed keeps watching for its pod (a create request that reached a
+#: stalled API server can be carried out after the spawn ended), to delete it
+API_FAULT_SWEEP_SECONDS = 600.0
 
 
 def caseless_choice(value: object, choices: Sequence[str]) -> str | None:
@@ -131,6 +154,33 @@ def check_timeout(value: Any) -> float:
     return value
 
 
+def check_seconds(name: str, value: Any) -> float:
+    """A finite number of seconds for the setting ``name`` (0 or less turns its rule off), or
+    TraitError."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise TraitError(f"{name} {value!r} must be a finite number of seconds (0 turns it off)")
+    return float(value)
+
+
+def check_flag(name: str, value: Any) -> bool:
+    """True or False for the setting ``name`` (1 and 0 too, as traitlets' Bool takes them), or
+    TraitError."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int) and value in (0, 1):
+        return bool(value)
+    raise TraitError(f"{name} {value!r} must be True or False")
+
+
+def check_display_name(value: Any) -> str | None:
+    """A ``default_server_display_name``: a string, or None (the default), or TraitError."""
+    if value is not None and not isinstance(value, str):
+        raise TraitError(
+            f"default_server_display_name {value!r} must be a string, or None for the default"
+        )
+    return value
+
+
 def check_mode_conflicts(
     mode: str,
     storage_class: str | None,
@@ -160,6 +210,52 @@ def _choice(name: str, value: object, choices: Sequence[str]) -> str:
     if choice is None:
         raise TraitError(f"{name} {value!r} is not valid: choose one of {', '.join(choices)}")
     return choice
+
+
+# --------------------------------------------------------------------------------------------------
+# the settings table
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One ColocatingKubeSpawner setting: its default and its validator (``check(value)``
+    returns the value to use or raises TraitError naming the setting)."""
+
+    default: Any
+    check: Callable[[Any], Any]
+
+
+#: every setting ColocatingKubeSpawner adds to KubeSpawner's, by trait name: the spawner's traits
+#: take their defaults and validators from here and :func:`check_config` runs the validators at
+#: hub start (tests/unit/test_settings_home.py checks that none is missing)
+SETTINGS: Mapping[str, Setting] = {
+    "storage_access_mode": Setting(
+        DEFAULT_ACCESS_MODE, lambda value: _choice("storage_access_mode", value, ACCESS_MODES)
+    ),
+    "premium_node_policy": Setting(
+        DEFAULT_PREMIUM_NODE_POLICY,
+        lambda value: _choice("premium_node_policy", value, PREMIUM_POLICIES),
+    ),
+    "colocation_label_key": Setting(DEFAULT_LABEL_KEY, check_label_key),
+    "premium_resources": Setting(list(DEFAULT_PREMIUM_RESOURCES), check_premium_resources),
+    "colocation_check_timeout": Setting(DEFAULT_CHECK_TIMEOUT, check_timeout),
+    "colocation_watch_stale_seconds": Setting(DEFAULT_WATCH_STALE_SECONDS, check_watch_stale),
+    "fail_fast_on_events": Setting(
+        DEFAULT_FAIL_FAST_ON_EVENTS, lambda value: check_flag("fail_fast_on_events", value)
+    ),
+    "unschedulable_grace_seconds": Setting(
+        DEFAULT_UNSCHEDULABLE_GRACE_SECONDS,
+        lambda value: check_seconds("unschedulable_grace_seconds", value),
+    ),
+    "image_pull_grace_seconds": Setting(
+        DEFAULT_IMAGE_PULL_GRACE_SECONDS,
+        lambda value: check_seconds("image_pull_grace_seconds", value),
+    ),
+    "refusal_hold_seconds": Setting(
+        DEFAULT_REFUSAL_HOLD_SECONDS, lambda value: check_seconds("refusal_hold_seconds", value)
+    ),
+    "default_server_display_name": Setting(DEFAULT_SERVER_DISPLAY_NAME, check_display_name),
+}
 
 
 def computed_value(value: Any, default: Any) -> Any:
@@ -198,15 +294,9 @@ def check_config(
         "storage_access_modes": [mode],  # the spawner's default follows the mode
     }
     merged = {key: computed_value(value, defaults.get(key)) for key, value in sections.items()}
-    _choice(
-        "premium_node_policy",
-        merged.get("premium_node_policy", DEFAULT_PREMIUM_NODE_POLICY),
-        PREMIUM_POLICIES,
-    )
-    check_label_key(merged.get("colocation_label_key", DEFAULT_LABEL_KEY))
-    check_premium_resources(merged.get("premium_resources", []))
-    check_timeout(merged.get("colocation_check_timeout", DEFAULT_CHECK_TIMEOUT))
-    check_watch_stale(merged.get("colocation_watch_stale_seconds", DEFAULT_WATCH_STALE_SECONDS))
+    for name, setting in SETTINGS.items():
+        if name != "storage_access_mode":  # checked above: the defaults follow it
+            setting.check(merged.get(name, setting.default))
     check_mode_conflicts(
         mode,
         merged.get("storage_class"),

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
 from . import fit
+from .config import DEFAULT_IMAGE_PULL_GRACE_SECONDS, DEFAULT_UNSCHEDULABLE_GRACE_SECONDS
 from .objects import GPU_RESOURCES, Obj
 
 WAIT, FAIL = "wait", "fail"
@@ -721,8 +722,8 @@ def classify(
     *,
     pinned_node: str | None,
     now: datetime,
-    unschedulable_grace_seconds: float = 60,
-    image_pull_grace_seconds: float = 120,
+    unschedulable_grace_seconds: float = DEFAULT_UNSCHEDULABLE_GRACE_SECONDS,
+    image_pull_grace_seconds: float = DEFAULT_IMAGE_PULL_GRACE_SECONDS,
     own_servers: Mapping[str, str] | None = None,
     wants_gpu: bool = False,
     servers: Collection[str] | None = None,

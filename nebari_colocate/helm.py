@@ -75,6 +75,18 @@ KEYS = {
     "colocate-check-timeout": "colocation_check_timeout",
 }
 
+#: ColocatingKubeSpawner settings with no helm key: set them as ``c.ColocatingKubeSpawner.<name>``
+#: in ``hub.extraConfig`` (tests/unit/test_settings_home.py checks that each setting is either
+#: here or in :data:`KEYS`)
+NOT_EXPOSED = (
+    "colocation_watch_stale_seconds",
+    "fail_fast_on_events",
+    "unschedulable_grace_seconds",
+    "image_pull_grace_seconds",
+    "refusal_hold_seconds",
+    "default_server_display_name",
+)
+
 
 #: z2jh's ``get_config(key, default)``: a helm value by its dotted key
 GetConfig = Callable[[str, Any], Any]

@@ -45,18 +45,22 @@ from . import messages, metrics
 from .affinity import apply_decision, user_colocation_keys
 from .config import (
     ACCESS_MODES,
+    API_FAULT_SWEEP_SECONDS,
     DEFAULT_ACCESS_MODE,
     DEFAULT_CHECK_TIMEOUT,
+    DEFAULT_FAIL_FAST_ON_EVENTS,
+    DEFAULT_IMAGE_PULL_GRACE_SECONDS,
     DEFAULT_LABEL_KEY,
     DEFAULT_PREMIUM_NODE_POLICY,
     DEFAULT_PREMIUM_RESOURCES,
+    DEFAULT_REFUSAL_HOLD_SECONDS,
+    DEFAULT_SERVER_DISPLAY_NAME,
+    DEFAULT_UNSCHEDULABLE_GRACE_SECONDS,
     DEFAULT_WATCH_STALE_SECONDS,
+    EVENT_POLL_INTERVAL,
     PREMIUM_POLICIES,
-    check_label_key,
+    SETTINGS,
     check_mode_conflicts,
-    check_premium_resources,
-    check_timeout,
-    check_watch_stale,
 )
 from .events import FAIL, EventVerdict, classify
 from .faults import (
@@ -197,7 +201,7 @@ class ColocatingKubeSpawner(KubeSpawner):  # type: ignore[misc]  # KubeSpawner s
     )
 
     fail_fast_on_events = Bool(
-        True,
+        DEFAULT_FAIL_FAST_ON_EVENTS,
         config=True,
         help="""
         While ``start()`` waits for the pod, read its events (KubeSpawner's event reflector) and
@@ -210,7 +214,7 @@ class ColocatingKubeSpawner(KubeSpawner):  # type: ignore[misc]  # KubeSpawner s
     )
 
     unschedulable_grace_seconds = Float(
-        60.0,
+        DEFAULT_UNSCHEDULABLE_GRACE_SECONDS,
         config=True,
         help="""
         Seconds an unpinned pod may stay unschedulable with no word from an autoscaler before the
@@ -220,7 +224,7 @@ class ColocatingKubeSpawner(KubeSpawner):  # type: ignore[misc]  # KubeSpawner s
     )
 
     image_pull_grace_seconds = Float(
-        120.0,
+        DEFAULT_IMAGE_PULL_GRACE_SECONDS,
         config=True,
         help="""
         Seconds image pulls may keep failing (``ErrImagePull`` / ``ImagePullBackOff``, which can
@@ -230,7 +234,7 @@ class ColocatingKubeSpawner(KubeSpawner):  # type: ignore[misc]  # KubeSpawner s
     )
 
     refusal_hold_seconds = Float(
-        3.0,
+        DEFAULT_REFUSAL_HOLD_SECONDS,
         config=True,
         help="""
         Seconds a refused spawn that was requested through the REST API stays pending before it
@@ -244,7 +248,7 @@ class ColocatingKubeSpawner(KubeSpawner):  # type: ignore[misc]  # KubeSpawner s
     )
 
     default_server_display_name = Unicode(
-        None,
+        DEFAULT_SERVER_DISPLAY_NAME,
         allow_none=True,
         config=True,
         help="""
@@ -270,21 +274,10 @@ class ColocatingKubeSpawner(KubeSpawner):  # type: ignore[misc]  # KubeSpawner s
     def _default_storage_access_modes(self) -> list[str]:
         return [self.storage_access_mode]
 
-    @validate("colocation_label_key")
-    def _validate_label_key(self, proposal: dict[str, Any]) -> str:
-        return check_label_key(proposal["value"])
-
-    @validate("premium_resources")
-    def _validate_premium_resources(self, proposal: dict[str, Any]) -> Any:
-        return check_premium_resources(proposal["value"])
-
-    @validate("colocation_watch_stale_seconds")
-    def _validate_watch_stale(self, proposal: dict[str, Any]) -> float:
-        return check_watch_stale(proposal["value"])
-
-    @validate("colocation_check_timeout")
-    def _validate_timeout(self, proposal: dict[str, Any]) -> float:
-        return check_timeout(proposal["value"])
+    @validate(*SETTINGS)
+    def _validate_setting(self, proposal: dict[str, Any]) -> Any:
+        """Every setting of ours by its validator in :data:`nebari_colocate.config.SETTINGS`."""
+        return SETTINGS[proposal["trait"].name].check(proposal["value"])
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -758,11 +751,11 @@ class ColocatingKubeSpawner(KubeSpawner):  # type: ignore[misc]  # KubeSpawner s
         return None
 
     #: seconds between looks at the event reflector's cache while a pod starts
-    event_poll_interval = 0.5
+    event_poll_interval = EVENT_POLL_INTERVAL
 
-    #: seconds a spawn the API failed keeps watching for its pod (a create request that reached a
-    #: stalled API server can be carried out after the spawn ended), to delete it
-    api_fault_sweep_seconds = 600.0
+    #: seconds a spawn the API failed keeps watching for its pod, to delete it
+    #: (:data:`nebari_colocate.config.API_FAULT_SWEEP_SECONDS`)
+    api_fault_sweep_seconds = API_FAULT_SWEEP_SECONDS
 
     async def start(self) -> Any:
         """KubeSpawner's start, ended early when the pod's events say it cannot succeed; a spawn
