@@ -26,6 +26,7 @@ from .placement import (
     SPLIT_ATTACHMENT,
     Decision,
 )
+from .wayout import WayOut
 
 
 class ResourceWords(NamedTuple):
@@ -369,7 +370,16 @@ def user_message(
         parts.append(f"{_exclusivity(decision)} and is in use by {_join(in_use)}.")
     others = _others(decision, username, user_label)
     parts.append(_advice(decision, holders, has_profiles, len(own_pods), others))
+    if decision.way_out is not None:
+        parts.append(f"The way out: {way_out_sentence(decision.way_out, display_names)}")
     return " ".join(parts)
+
+
+def way_out_sentence(way_out: WayOut, display_names: Mapping[str, str] | None = None) -> str:
+    """ "Stop 'Pandas App' and start 'JupyterLab'.": the way out's action, with the names the
+    user knows (:func:`server_label`); the words of its button."""
+    stops = [server_label(n, display_names) for n in way_out.stop]
+    return f"Stop {_join(stops)} and start {server_label(way_out.start, display_names)}."
 
 
 def _in_use_by(
@@ -447,6 +457,9 @@ def user_html(
     others = _others(decision, username, user_label)
     advice = _advice(decision, labels, has_profiles, len(own_pods), others)
     body.append(f"<div>{esc(advice)}</div>")
+    if decision.way_out is not None:
+        sentence = way_out_sentence(decision.way_out, display_names)
+        body.append(f'<div class="colocate-way-out">The way out: {esc(sentence)}</div>')
     return f'<div class="colocate-message" style="text-align: left">{"".join(body)}</div>'
 
 

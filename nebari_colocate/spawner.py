@@ -301,7 +301,7 @@ class ColocatingKubeSpawner(KubeSpawner):  # type: ignore[misc]  # KubeSpawner s
         self._connection_error: BaseException | None = None
         #: the last refusal of this server, {"message", "html"}, until its next start (the home
         #: page nebari-colocate installs for jhub-apps shows it)
-        self.colocation_failure: dict[str, str] | None = None
+        self.colocation_failure: dict[str, Any] | None = None
         #: seconds of the last check, the dry run's API round trip apart (benchmarks read it)
         self.colocation_timings: dict[str, float] = {}
 
@@ -632,6 +632,9 @@ class ColocatingKubeSpawner(KubeSpawner):  # type: ignore[misc]  # KubeSpawner s
             "message": refusal.jupyterhub_message,
             "html": refusal.jupyterhub_html_message,
         }
+        way_out = getattr(refusal, "way_out", None)
+        if way_out is not None:
+            self.colocation_failure["way_out"] = way_out
 
     async def _hold(self, refusal: ColocationRefused) -> None:
         """Keep a REST-requested refused spawn pending for ``refusal_hold_seconds``, with the
@@ -906,6 +909,8 @@ class ColocatingKubeSpawner(KubeSpawner):  # type: ignore[misc]  # KubeSpawner s
                     "progress": 100,
                     "message": held.jupyterhub_message,
                     "html_message": held.jupyterhub_html_message,
+                    # for front ends other than JupyterHub's pages (docs/surfaces.md)
+                    "way_out": getattr(held, "way_out", None),
                 }
             verdict = self.classify_events() if self._colocation_decision is not None else None
             words = messages.event_text(verdict) if verdict is not None else ""
