@@ -46,6 +46,8 @@ MIN_WATCH_STALE_SECONDS = 65.0
 #: seconds since a watch's last event or bookmark within which the live view is *fresh*: an
 #: unpinned decision is then taken from memory alone, else confirmed by one namespaced LIST
 FRESH_SECONDS = 3.0
+#: seconds the way out waits for the home to be released (``way_out_release_timeout``)
+DEFAULT_WAY_OUT_RELEASE_TIMEOUT = 120.0
 
 
 def caseless_choice(value: object, choices: Sequence[str]) -> str | None:
