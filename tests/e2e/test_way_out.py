@@ -5,8 +5,9 @@ attach/detach controller: alice's app runs on the CPU node, her GPU lab is refus
 refusal's progress event carries ``way_out``; she POSTs it (her session and its ``_xsrf``
 cookie, as a page's form would) and the hub stops the app, waits for the volume to be detached
 from the CPU node, and starts the lab, on the GPU node.  The hostile cases: a forged POST for
-bob's server (403, nothing of bob's stopped) and a stale way out (alice started another server
-in between: 409, nothing stopped).  No browser: the buttons on the pages are not this test's.
+bob's server (403, nothing of bob's stopped), a POST without the XSRF token (403), a stale way
+out (alice started another server in between: 409, nothing stopped) and a double click (one
+stop of each server, one start).  No browser: the buttons on the pages are not this test's.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ async def way_out_hub(kube, start_hub) -> Hub:
         profile_list=[CPU_PROFILE, GPU_PROFILE], spawner=SPAWNER, way_out_handler=True
     )
     for name in ("alice", "bob"):
+        await kube.create_bound_claim(f"claim-{name}")
         await hub.create_user(name)
     return hub
 
@@ -135,18 +137,24 @@ async def test_the_way_out_stops_the_app_waits_for_the_detach_and_starts_the_lab
         # Refused again, the way out lists both; taken, both stop and the lab starts.
         way_out = await refused_with_way_out(hub, "alice", "", {"profile": "gpu"})
         assert way_out == {"stop": ["dash", "pandas-app"], "start": ""}
-        status, location, body = await post_way_out(hub, alice, "alice", "", ["dash", "pandas-app"])
-        assert status == 303, body
-        assert location.endswith("/hub/spawn-pending/alice/"), location
+        # Clicked twice at once: one stop of each server, one start, both sent to its page.
+        stops_before = hub.log().count("seconds to stop")
+        answers = await asyncio.gather(
+            *(post_way_out(hub, alice, "alice", "", ["dash", "pandas-app"]) for _ in range(2))
+        )
+        for status, location, body in answers:
+            assert status == 303, body
+            assert location.endswith("/hub/spawn-pending/alice"), location
         await wait_ready(hub, "alice", "")
         pods = await user_pods(kube, "alice")
         assert set(pods) == {""}
         assert pods[""]["spec"]["nodeName"] == "gpu-1"
         assert set(await user_pods(kube, "bob")) == {"notebook"}
+        assert hub.log().count("seconds to stop") - stops_before == 2
 
         # A second click afterwards: the lab is running; nothing is stopped or started again.
         status, location, _ = await post_way_out(hub, alice, "alice", "", ["dash", "pandas-app"])
-        assert status == 303 and location.endswith("/hub/spawn-pending/alice/")
+        assert status == 303 and location.endswith("/hub/spawn-pending/alice")
         assert set(await user_pods(kube, "alice")) == {""}
     finally:
         await alice.close()
