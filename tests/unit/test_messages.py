@@ -956,3 +956,40 @@ def test_the_way_out_escapes_display_names_in_html():
     html = messages.user_html(decision, new_pod, **args)
     way_out = html.split('class="colocate-way-out"')[1]
     assert "<img" not in way_out and way_out.count("&lt;img src=x onerror=alert(1)&gt;") == 2
+
+
+@pytest.mark.parametrize(
+    "test_variation_id, outcome, words, expect",
+    [
+        ("forbidden", "forbidden", {}, "You are not allowed to stop and start these servers."),
+        ("stale", "stale", {}, "Nothing was stopped: what blocks 'JupyterLab' has changed"),
+        ("busy", "busy", {}, "Nothing was stopped: another way out of yours is under way."),
+        ("stop-failed", "stop-failed", {}, "Stopping 'Pandas App' did not finish; 'JupyterLab'"),
+        (
+            "release-timeout",
+            "release-timeout",
+            {"seconds": 120.0},
+            "'Pandas App' stopped, but the home volume was not released within 120 s",
+        ),
+        (
+            "start-failed-with-the-new-reason",
+            "start-failed",
+            {"detail": "Your default server cannot start: a new reason."},
+            "'Pandas App' stopped, but 'JupyterLab' did not start. Your default server cannot",
+        ),
+    ],
+)
+def test_a_way_out_that_stops_part_way_says_so(test_variation_id, outcome, words, expect):
+    names = {"": "JupyterLab", "pandas-app": "Pandas App"}
+    text = messages.way_out_failed(
+        outcome, start="", stop=["pandas-app"], display_names=names, **words
+    )
+    assert expect in text, text
+
+
+def test_the_way_out_failure_page_escapes_display_names():
+    names = {"": XSS, "pandas-app": f"Pandas {XSS}"}
+    page = messages.way_out_failed_html(
+        "release-timeout", start="", stop=["pandas-app"], display_names=names, seconds=5
+    )
+    assert "<img" not in page and page.count("&lt;img src=x onerror=alert(1)&gt;") == 2
