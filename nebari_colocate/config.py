@@ -69,6 +69,8 @@ EVENT_POLL_INTERVAL = 0.5
 #: seconds a spawn the API failed keeps watching for its pod (a create request that reached a
 #: stalled API server can be carried out after the spawn ended), to delete it
 API_FAULT_SWEEP_SECONDS = 600.0
+#: seconds the way out waits for the home to be released (``way_out_release_timeout``)
+DEFAULT_WAY_OUT_RELEASE_TIMEOUT = 120.0
 
 
 def caseless_choice(value: object, choices: Sequence[str]) -> str | None:
@@ -159,6 +161,18 @@ def check_seconds(name: str, value: Any) -> float:
     TraitError."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         raise TraitError(f"{name} {value!r} must be a finite number of seconds (0 turns it off)")
+    return float(value)
+
+
+def check_positive_seconds(name: str, value: Any) -> float:
+    """A finite number of seconds above 0 for the setting ``name``, or TraitError."""
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not math.isfinite(value)
+        or value <= 0
+    ):
+        raise TraitError(f"{name} {value!r} must be a finite number of seconds above 0")
     return float(value)
 
 
@@ -255,6 +269,10 @@ SETTINGS: Mapping[str, Setting] = {
         DEFAULT_REFUSAL_HOLD_SECONDS, lambda value: check_seconds("refusal_hold_seconds", value)
     ),
     "default_server_display_name": Setting(DEFAULT_SERVER_DISPLAY_NAME, check_display_name),
+    "way_out_release_timeout": Setting(
+        DEFAULT_WAY_OUT_RELEASE_TIMEOUT,
+        lambda value: check_positive_seconds("way_out_release_timeout", value),
+    ),
 }
 
 

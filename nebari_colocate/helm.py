@@ -24,6 +24,8 @@ turns the deployment over without a fork of its config files
   written there and no ``custom.storage-access-mode`` becomes the mode);
 - with jhub-apps, the templates this package ships for jhub-apps' pages go first in
   ``template_paths`` (the reason of a refused spawn on the pages jhub-apps replaces);
+- the way out's handler (``POST {hub}/colocate/way-out/<user>/<server>``,
+  :mod:`nebari_colocate.handlers`) is added to ``c.JupyterHub.extra_handlers``;
 - the settings are validated: a bad value stops the hub at start with a message naming it.
 
 Calling it again changes nothing more.
@@ -85,6 +87,7 @@ NOT_EXPOSED = (
     "image_pull_grace_seconds",
     "refusal_hold_seconds",
     "default_server_display_name",
+    "way_out_release_timeout",
 )
 
 
@@ -142,7 +145,16 @@ def configure(
     spawner_class = switch_spawner_class(c)
     remove_colocation_affinity(c, label_key, (*_section_names(spawner_class), section))
     install_templates(c)
+    install_way_out(c)
     return settings
+
+
+def install_way_out(c: Config) -> None:
+    """The way out's hub handler in ``c.JupyterHub.extra_handlers`` (imported here: JupyterHub's
+    handlers are needed only in a hub)."""
+    from .handlers import install
+
+    install(c)
 
 
 def _configured(c: Config, trait: str, default: Any) -> Any:

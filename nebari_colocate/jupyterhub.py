@@ -51,7 +51,8 @@ class ColocationRefused(_RefusalBase):  # type: ignore[misc]  # JupyterHub ships
     / ``jupyterhub_html_message``; its REST API answers with ``log_message % args`` and ignores
     ``jupyterhub_message``, so the HTTPError's own message is the user text (it never names
     another user's pods).  The operator line is kept in ``operator_line``.  ``decision`` is set
-    for pre-spawn refusals, ``event_verdict`` for spawns ended by pod events.
+    for pre-spawn refusals, ``event_verdict`` for spawns ended by pod events; ``way_out`` is the
+    decision's way out as JSON (``docs/decisions.md``, "The way out"), or None.
     """
 
     def __init__(
@@ -74,6 +75,13 @@ class ColocationRefused(_RefusalBase):  # type: ignore[misc]  # JupyterHub ships
         self.operator_line = log_message
         self.decision = decision
         self.event_verdict = event_verdict
+        #: the way out (``WayOut.as_json()``: the user's own servers to stop, then the server to
+        #: start), or None; the progress stream's refusal event carries it for other front ends
+        self.way_out = (
+            decision.way_out.as_json()
+            if decision is not None and decision.way_out is not None
+            else None
+        )
         self.jupyterhub_message = message
         self.jupyterhub_html_message = html
 

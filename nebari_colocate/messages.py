@@ -26,6 +26,7 @@ from .placement import (
     SPLIT_ATTACHMENT,
     Decision,
 )
+from .wayout import WayOut
 
 
 class ResourceWords(NamedTuple):
@@ -369,7 +370,16 @@ def user_message(
         parts.append(f"{_exclusivity(decision)} and is in use by {_join(in_use)}.")
     others = _others(decision, username, user_label)
     parts.append(_advice(decision, holders, has_profiles, len(own_pods), others))
+    if decision.way_out is not None:
+        parts.append(f"The way out: {way_out_sentence(decision.way_out, display_names)}")
     return " ".join(parts)
+
+
+def way_out_sentence(way_out: WayOut, display_names: Mapping[str, str] | None = None) -> str:
+    """ "Stop 'Pandas App' and start 'JupyterLab'.": the way out's action, with the names the
+    user knows (:func:`server_label`); the words of its button."""
+    stops = [server_label(n, display_names) for n in way_out.stop]
+    return f"Stop {_join(stops)} and start {server_label(way_out.start, display_names)}."
 
 
 def _in_use_by(
@@ -447,6 +457,9 @@ def user_html(
     others = _others(decision, username, user_label)
     advice = _advice(decision, labels, has_profiles, len(own_pods), others)
     body.append(f"<div>{esc(advice)}</div>")
+    if decision.way_out is not None:
+        sentence = way_out_sentence(decision.way_out, display_names)
+        body.append(f'<div class="colocate-way-out">The way out: {esc(sentence)}</div>')
     return f'<div class="colocate-message" style="text-align: left">{"".join(body)}</div>'
 
 
@@ -1155,3 +1168,57 @@ def render_migrate_status(status: Obj) -> str:
         if r["step"] == "done" and r["old_volume"]:
             lines.append(f"{r['claim']}: {delete_old_volume_hint(r['old_volume'])}")
     return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------------------------------
+# the way out, taken (nebari_colocate.handlers)
+
+
+def way_out_failed(
+    outcome: str,
+    *,
+    start: str,
+    stop: Sequence[str] = (),
+    display_names: Mapping[str, str] | None = None,
+    detail: str = "",
+    seconds: float = 0.0,
+) -> str:
+    """Why the way out stopped part-way (``outcome``, a label of
+    ``nebari_colocate_way_out_total``), in plain text; ``detail`` is the refusal's own words for
+    a start refused again."""
+    started = server_label(start, display_names)
+    stopped = _join([server_label(n, display_names) for n in stop]) or "nothing"
+    if outcome == "forbidden":
+        return "You are not allowed to stop and start these servers."
+    if outcome == "stale":
+        return (
+            f"Nothing was stopped: what blocks {started} has changed since it was refused "
+            f"(a server started or stopped in between). Start {started} again to see what "
+            "blocks it now."
+        )
+    if outcome == "busy":
+        return (
+            "Nothing was stopped: another way out of yours is under way. Wait for it to end, "
+            "then try again."
+        )
+    if outcome == "stop-failed":
+        return (
+            f"Stopping {stopped} did not finish{f' ({detail})' if detail else ''}; {started} "
+            "was not started. Stop them on the home page, then start it again."
+        )
+    if outcome == "release-timeout":
+        return (
+            f"{stopped[0].upper()}{stopped[1:]} stopped, but the home volume was not released "
+            f"within {seconds:g} s (way_out_release_timeout); {started} was not started. Try "
+            "starting it again in a minute; if it keeps failing, an administrator can help."
+        )
+    if outcome == "start-failed":
+        tail = f" {detail}" if detail else ""
+        return f"{stopped[0].upper()}{stopped[1:]} stopped, but {started} did not start.{tail}"
+    return f"The way out did not finish ({outcome}); {started} was not started."
+
+
+def way_out_failed_html(outcome: str, **kwargs: Any) -> str:
+    """:func:`way_out_failed` as HTML, escaped."""
+    text = html.escape(way_out_failed(outcome, **kwargs))
+    return f'<div class="colocate-message colocate-way-out" style="text-align: left">{text}</div>'

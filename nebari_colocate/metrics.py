@@ -70,7 +70,18 @@ def collectors() -> dict[str, Any]:
             "Spawns ended early by pod events (fail fast), by reason code",
             ("reason",),
         ),
+        "way_out": _get_or_create(
+            Counter,
+            f"{PREFIX}_way_out_total",
+            "Ways out taken (stop what blocks a start, then start it), by outcome (started, "
+            "forbidden, stale, busy, stop-failed, release-timeout, start-failed)",
+            ("outcome",),
+        ),
     }
+
+
+def observe_way_out(outcome: str) -> None:
+    collectors()["way_out"].labels(outcome=outcome).inc()
 
 
 def observe_decision(decision: Decision, seconds: float, *, safe_side: bool = False) -> None:

@@ -57,6 +57,7 @@ from .config import (
     DEFAULT_SERVER_DISPLAY_NAME,
     DEFAULT_UNSCHEDULABLE_GRACE_SECONDS,
     DEFAULT_WATCH_STALE_SECONDS,
+    DEFAULT_WAY_OUT_RELEASE_TIMEOUT,
     EVENT_POLL_INTERVAL,
     PREMIUM_POLICIES,
     SETTINGS,
@@ -81,7 +82,14 @@ from .jupyterhub import (
 )
 from .known_modes import KnownModes
 from .locks import UserLocks
-from .objects import SERVERNAME_ANNOTATION, USERNAME_ANNOTATION, JsonDict, pod_claims
+from .objects import (
+    SERVERNAME_ANNOTATION,
+    USERNAME_ANNOTATION,
+    JsonDict,
+    attached_nodes,
+    pod_claims,
+    pod_server,
+)
 from .placement import COLOCATE, REFUSE, SKIP, Decision, Policy, decide, safe_side
 from .state import ClusterState
 from .view import ClusterView, DirectReader, ViewNotLive, admitted_pod, sweep_late_pod
@@ -247,6 +255,20 @@ class ColocatingKubeSpawner(KubeSpawner):  # type: ignore[misc]  # KubeSpawner s
         """,
     )
 
+    way_out_release_timeout = Float(
+        DEFAULT_WAY_OUT_RELEASE_TIMEOUT,
+        config=True,
+        help="""
+        The most seconds the way out (a refusal's "Stop 'Pandas App' and start 'JupyterLab'"
+        button, ``docs/decisions.md``) waits, after stopping the servers that block a start,
+        for the home volume to be released: their pods gone and, when every holder was
+        stopped, no VolumeAttachment left attached on the old node (the attach/detach
+        controller detaches within seconds to a minute).  Past it the way out ends with words
+        and starts nothing.  Default: 120.  Longer waits on a slow storage driver; shorter
+        gives up on a stuck detach sooner.
+        """,
+    )
+
     default_server_display_name = Unicode(
         DEFAULT_SERVER_DISPLAY_NAME,
         allow_none=True,
@@ -294,7 +316,7 @@ class ColocatingKubeSpawner(KubeSpawner):  # type: ignore[misc]  # KubeSpawner s
         self._connection_error: BaseException | None = None
         #: the last refusal of this server, {"message", "html"}, until its next start (the home
         #: page nebari-colocate installs for jhub-apps shows it)
-        self.colocation_failure: dict[str, str] | None = None
+        self.colocation_failure: dict[str, Any] | None = None
         #: seconds of the last check, the dry run's API round trip apart (benchmarks read it)
         self.colocation_timings: dict[str, float] = {}
 
@@ -625,6 +647,48 @@ class ColocatingKubeSpawner(KubeSpawner):  # type: ignore[misc]  # KubeSpawner s
             "message": refusal.jupyterhub_message,
             "html": refusal.jupyterhub_html_message,
         }
+        way_out = getattr(refusal, "way_out", None)
+        decision = getattr(refusal, "decision", None)
+        if way_out is not None and decision is not None:
+            self.colocation_failure["way_out"] = way_out
+            # what the way out re-checks before it stops anything (nebari_colocate.handlers)
+            self.colocation_failure["way_out_blockers"] = {
+                "claims": sorted(decision.claims),
+                "node": decision.node,
+                "servers": sorted(pod_server(p) for p in decision.holder_pods),
+            }
+
+    # ------------------------------------------------------------------------------------------
+    # what the way out reads (nebari_colocate.handlers)
+
+    def home_pods(self, claims: list[str]) -> list[JsonDict]:
+        """The pods using ``claims`` in this namespace: from the live view when it is live, else
+        the pod reflector's server pods."""
+        view = ClusterView.shared(self.api.api_client, self.namespace)
+        if view.live:
+            found = {
+                (p.get("metadata") or {}).get("name"): p
+                for c in claims
+                for p in view.by_claim.get(f"{self.namespace}/{c}")
+            }
+            return list(found.values())
+        wanted = set(claims)
+        return [p for p in self._reflector_pods() or [] if wanted.intersection(pod_claims(p))]
+
+    def home_attached_nodes(self, claims: list[str]) -> set[str] | None:
+        """The nodes the volumes of ``claims`` are attached to (VolumeAttachments with
+        ``status.attached``), from the live view; None when it cannot tell (not live, or no
+        permission to read VolumeAttachments)."""
+        view = ClusterView.shared(self.api.api_client, self.namespace)
+        if not view.live or view.attachments.forbidden:
+            return None
+        nodes: set[str] = set()
+        for claim in claims:
+            pvc = view.pvcs.items.get(f"{self.namespace}/{claim}")
+            pv = ((pvc or {}).get("spec") or {}).get("volumeName")
+            if pv:
+                nodes |= attached_nodes(view.attachments_by_pv.get(pv), pv)
+        return nodes
 
     async def _hold(self, refusal: ColocationRefused) -> None:
         """Keep a REST-requested refused spawn pending for ``refusal_hold_seconds``, with the
@@ -899,6 +963,8 @@ class ColocatingKubeSpawner(KubeSpawner):  # type: ignore[misc]  # KubeSpawner s
                     "progress": 100,
                     "message": held.jupyterhub_message,
                     "html_message": held.jupyterhub_html_message,
+                    # for front ends other than JupyterHub's pages (docs/surfaces.md)
+                    "way_out": getattr(held, "way_out", None),
                 }
             verdict = self.classify_events() if self._colocation_decision is not None else None
             words = messages.event_text(verdict) if verdict is not None else ""

@@ -29,6 +29,7 @@ from . import fit
 from .objects import (
     JsonDict,
     Obj,
+    holders,
     is_server,
     meta,
     owned_by,
@@ -150,3 +151,37 @@ def way_out(
         if best is not None:
             return best[1]
     return all_of_them
+
+
+def home_holders(
+    pods: Iterable[Obj], claims: Iterable[str], username: str, label_value: str | None
+) -> tuple[tuple[str, ...], int]:
+    """(the user's own servers holding one of ``claims``, sorted; how many other pods hold
+    them): what the way out's re-check compares with the blockers at the refusal."""
+    held = holders(pods, claims)
+    own = sorted(pod_server(p) for p in held if is_server(p) and owned_by(p, username, label_value))
+    return tuple(own), len(held) - len(own)
+
+
+def home_released(
+    pods: Iterable[Obj],
+    attached: set[str] | None,
+    *,
+    claims: Iterable[str],
+    stopped: Iterable[str],
+    all_holders: bool,
+    node: str | None,
+) -> bool:
+    """Whether the stop of ``stopped`` (server names) has done its work: none of their pods
+    holds ``claims`` any more; and, when every holder was stopped, no pod holds them and no
+    VolumeAttachment is attached on ``node`` (``attached``: the attached nodes of the claims'
+    volumes, None when unreadable)."""
+    held = holders(pods, claims)
+    gone = set(stopped)
+    if any(is_server(p) and pod_server(p) in gone for p in held):
+        return False
+    if not all_holders:
+        return True
+    if held:
+        return False
+    return attached is None or node is None or node not in attached

@@ -364,3 +364,19 @@ def test_configure_validates_lazy_settings_as_the_spawner_would_read_them(
         with pytest.raises((TraitError, ValueError), match=re.escape(expect_error)):
             configure(c, get_config=lambda key, default=None: default)
     assert repr(c.KubeSpawner) == before  # validating computed copies: the lazy values are intact
+
+
+def test_configure_installs_the_way_out_handler_once_beside_other_handlers(tmp_path):
+    from nebari_colocate.handlers import WayOutHandler
+
+    class Other:
+        pass
+
+    c = load_hub_config(tmp_path, "")
+    c.JupyterHub.extra_handlers = [(r"/other", Other)]
+    configure(c, get_config=get_config)
+    configure(c, get_config=get_config)
+    handlers = c.JupyterHub.extra_handlers
+    assert [h[1] for h in handlers] == [Other, WayOutHandler]
+    # JupyterHub puts extra handlers under the hub's prefix (tests/e2e/test_way_out.py)
+    assert handlers[1][0] == r"/colocate/way-out/([^/]+)/?([^/]*)"

@@ -162,3 +162,60 @@ async def test_a_refusal_requested_through_the_rest_api_is_held_pending(
         "message": _Refusal.jupyterhub_message,
         "html": _Refusal.jupyterhub_html_message,
     }
+
+
+# --------------------------------------------------------------------------------------------------
+# the way out in the progress stream (docs/decisions.md, "The way out")
+
+
+def way_out_refusal(way_out):
+    from nebari_colocate.placement import Decision
+    from nebari_colocate.wayout import WayOut
+
+    decision = Decision(verdict="refuse", reasons=["node-selector"])
+    decision.way_out = WayOut(tuple(way_out["stop"]), way_out["start"]) if way_out else None
+    return jh.ColocationRefused("words", "<div>words</div>", "operator", decision=decision)
+
+
+async def held_progress_events(refusal):
+    loop = asyncio.get_running_loop()
+    done = loop.create_future()
+    done.set_result(None)
+
+    async def no_watch():
+        return None
+
+    spawner = SimpleNamespace(
+        events_enabled=True,
+        _start_watching_events=no_watch,
+        _start_future=done,
+        _held_refusal=refusal,
+        _colocation_decision=None,
+        events=[],
+        _pod_names_for_browser=lambda: (set(), set()),
+    )
+    return [event async for event in ColocatingKubeSpawner.progress(spawner)]
+
+
+@pytest.mark.parametrize(
+    "test_variation_id, way_out",
+    [
+        ("stop-the-app-start-the-lab", {"stop": ["pandas-app"], "start": ""}),
+        ("no-way-out-is-null", None),
+    ],
+)
+async def test_the_refusal_event_of_the_progress_stream_carries_the_way_out(
+    test_variation_id, way_out
+):
+    refusal = way_out_refusal(way_out)
+    assert refusal.way_out == way_out
+    events = await held_progress_events(refusal)
+    refused = [e for e in events if e.get("message") == "words"]
+    assert len(refused) == 1 and "way_out" in refused[0]
+    assert refused[0]["way_out"] == way_out
+
+
+def test_the_remembered_failure_keeps_the_way_out_for_the_handler():
+    spawner = SimpleNamespace(colocation_failure=None)
+    ColocatingKubeSpawner._remember(spawner, way_out_refusal({"stop": ["a"], "start": "b"}))
+    assert spawner.colocation_failure["way_out"] == {"stop": ["a"], "start": "b"}

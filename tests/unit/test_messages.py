@@ -872,3 +872,124 @@ def test_a_claim_no_one_provides_yet_is_waited_for_as_storage_not_as_a_node(mess
     assert messages.event_text(verdict) == (
         "Waiting for the storage volume of this server to be provided"
     )
+
+
+# --------------------------------------------------------------------------------------------------
+# the way out, in words (docs/decisions.md, "The way out")
+
+
+@pytest.mark.parametrize(
+    "test_variation_id, stop, start, display_names, expect",
+    [
+        (
+            "app-then-jupyterlab",
+            ("pandas-app",),
+            "",
+            {"": "JupyterLab", "pandas-app": "Pandas App"},
+            "Stop 'Pandas App' and start 'JupyterLab'.",
+        ),
+        (
+            "two-servers-by-server-name",
+            ("app-a", "app-b"),
+            "gpu-lab",
+            {},
+            "Stop 'app-a' and 'app-b' and start 'gpu-lab'.",
+        ),
+        (
+            "the-default-server-without-a-display-name",
+            ("",),
+            "gpu-lab",
+            {},
+            "Stop your default server and start 'gpu-lab'.",
+        ),
+    ],
+)
+def test_the_way_out_reads_with_the_names_the_user_knows(
+    test_variation_id, stop, start, display_names, expect
+):
+    from nebari_colocate.wayout import WayOut
+
+    assert messages.way_out_sentence(WayOut(stop, start), display_names) == expect
+
+
+@pytest.mark.parametrize(
+    "test_variation_id, new_pod, objects, server, display_names, expect_sentence",
+    [
+        (
+            "gpu-lab-blocked-by-an-app",
+            gpu_lab(""),
+            [pvc(HOME), alice("pandas-app")],
+            "",
+            {"": "JupyterLab", "pandas-app": "Pandas App"},
+            "The way out: Stop 'Pandas App' and start 'JupyterLab'.",
+        ),
+        (
+            "no-way-out-when-a-job-holds-the-home",
+            gpu_lab(""),
+            [pvc(HOME), pod("etl-job", claims=(HOME,), node_name="cpu-1", phase="Running")],
+            "",
+            {"": "JupyterLab"},
+            None,
+        ),
+    ],
+)
+def test_a_refusal_with_a_way_out_says_it(
+    test_variation_id, new_pod, objects, server, display_names, expect_sentence
+):
+    decision = refusal(new_pod, *objects)
+    args = {"username": "alice", "server_name": server, "display_names": display_names}
+    text = messages.user_message(decision, new_pod, **args)
+    html = messages.user_html(decision, new_pod, **args)
+    if expect_sentence is None:
+        assert "The way out" not in text and "colocate-way-out" not in html
+    else:
+        assert text.endswith(expect_sentence), text
+        escaped = expect_sentence.replace("'", "&#x27;")
+        assert f'<div class="colocate-way-out">{escaped}</div>' in html, html
+
+
+def test_the_way_out_escapes_display_names_in_html():
+    new_pod = gpu_lab("my-app")
+    decision = refusal(new_pod, pvc(HOME), alice("pandas-app"))
+    names = {"my-app": XSS, "pandas-app": f"Pandas {XSS}"}
+    args = {"username": "alice", "server_name": "my-app", "display_names": names}
+    html = messages.user_html(decision, new_pod, **args)
+    way_out = html.split('class="colocate-way-out"')[1]
+    assert "<img" not in way_out and way_out.count("&lt;img src=x onerror=alert(1)&gt;") == 2
+
+
+@pytest.mark.parametrize(
+    "test_variation_id, outcome, words, expect",
+    [
+        ("forbidden", "forbidden", {}, "You are not allowed to stop and start these servers."),
+        ("stale", "stale", {}, "Nothing was stopped: what blocks 'JupyterLab' has changed"),
+        ("busy", "busy", {}, "Nothing was stopped: another way out of yours is under way."),
+        ("stop-failed", "stop-failed", {}, "Stopping 'Pandas App' did not finish; 'JupyterLab'"),
+        (
+            "release-timeout",
+            "release-timeout",
+            {"seconds": 120.0},
+            "'Pandas App' stopped, but the home volume was not released within 120 s",
+        ),
+        (
+            "start-failed-with-the-new-reason",
+            "start-failed",
+            {"detail": "Your default server cannot start: a new reason."},
+            "'Pandas App' stopped, but 'JupyterLab' did not start. Your default server cannot",
+        ),
+    ],
+)
+def test_a_way_out_that_stops_part_way_says_so(test_variation_id, outcome, words, expect):
+    names = {"": "JupyterLab", "pandas-app": "Pandas App"}
+    text = messages.way_out_failed(
+        outcome, start="", stop=["pandas-app"], display_names=names, **words
+    )
+    assert expect in text, text
+
+
+def test_the_way_out_failure_page_escapes_display_names():
+    names = {"": XSS, "pandas-app": f"Pandas {XSS}"}
+    page = messages.way_out_failed_html(
+        "release-timeout", start="", stop=["pandas-app"], display_names=names, seconds=5
+    )
+    assert "<img" not in page and page.count("&lt;img src=x onerror=alert(1)&gt;") == 2

@@ -73,6 +73,7 @@ BAD_VALUES = {
     "image_pull_grace_seconds": math.inf,
     "refusal_hold_seconds": "3",
     "default_server_display_name": 7,
+    "way_out_release_timeout": 0,
 }
 
 

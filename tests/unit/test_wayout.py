@@ -187,3 +187,87 @@ def test_a_colocate_verdict_has_no_way_out():
     decision = decide(big_app("0.5"), state(CPU1, pvc(HOME), server("a")), Policy())
     assert decision.verdict == "colocate"
     assert decision.way_out is None
+
+
+# --------------------------------------------------------------------------------------------------
+# what the handler re-checks before it stops anything, and waits for after
+
+
+def job(node_name: str = "cpu-1") -> dict:
+    return pod("etl", claims=[HOME], node_name=node_name, phase="Running")
+
+
+@pytest.mark.parametrize(
+    "test_variation_id, pods, expect",
+    [
+        ("one-app", [server("pandas-app")], (("pandas-app",), 0)),
+        ("app-and-default-server", [server("app"), server("")], (("", "app"), 0)),
+        ("a-job-too", [server("app"), job()], (("app",), 1)),
+        (
+            "another-users-server-on-the-claim",
+            [
+                server("app"),
+                pod(
+                    "jupyter-bob",
+                    user="bob",
+                    server="",
+                    claims=[HOME],
+                    node_name="cpu-1",
+                    phase="Running",
+                ),
+            ],
+            (("app",), 1),
+        ),
+        (
+            "a-finished-pod-holds-nothing",
+            [dict(server("app"), status={"phase": "Succeeded"})],
+            ((), 0),
+        ),
+        ("nothing", [], ((), 0)),
+    ],
+)
+def test_the_home_holders_are_the_users_servers_and_a_count_of_the_rest(
+    test_variation_id, pods, expect
+):
+    from nebari_colocate.wayout import home_holders
+
+    assert home_holders(pods, [HOME], "alice", None) == expect
+
+
+@pytest.mark.parametrize(
+    "test_variation_id, pods, attached, stopped, all_holders, expect",
+    [
+        ("stopped-pod-still-there", [server("app")], set(), ["app"], True, False),
+        (
+            "terminating-pod-still-holds",
+            [server("app", deleting=True)],
+            set(),
+            ["app"],
+            True,
+            False,
+        ),
+        ("gone-but-still-attached-on-the-old-node", [], {"cpu-1"}, ["app"], True, False),
+        ("gone-and-detached", [], set(), ["app"], True, True),
+        ("attached-elsewhere-only", [], {"gpu-1"}, ["app"], True, True),
+        ("attachments-unreadable", [], None, ["app"], True, True),
+        ("capacity-subset-stopped-others-stay", [server("other")], {"cpu-1"}, ["app"], False, True),
+        (
+            "capacity-subset-not-yet-gone",
+            [server("app"), server("other")],
+            None,
+            ["app"],
+            False,
+            False,
+        ),
+        ("another-pod-came-meanwhile", [server("new")], set(), ["app"], True, False),
+    ],
+)
+def test_the_home_is_released_once_the_stopped_servers_are_gone_and_detached(
+    test_variation_id, pods, attached, stopped, all_holders, expect
+):
+    from nebari_colocate.wayout import home_released
+
+    released = home_released(
+        pods, attached, claims=[HOME], stopped=stopped, all_holders=all_holders, node="cpu-1"
+    )
+    assert released is expect
