@@ -30,11 +30,12 @@ import logging
 import random
 import sys
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Callable, Iterable
 from typing import Any, ClassVar, TypeVar
 
 from . import metrics
 from .config import DEFAULT_WATCH_STALE_SECONDS, FRESH_SECONDS
+from .kubeapi import ApiCall, ApiError, forbidden, list_all, read_json, read_json_or_none
 from .objects import (
     JsonDict,
     Obj,
@@ -50,9 +51,6 @@ from .state import ClusterState
 
 log = logging.getLogger(__name__)
 
-#: a kubernetes_asyncio API method (untyped): called with ``_preload_content=False``, it answers
-#: the raw HTTP response
-ApiCall = Callable[..., Awaitable[Any]]
 _T = TypeVar("_T")
 
 #: reads RBAC may deny, as (verb, what) facts; the CLI and the log put them in words
@@ -63,40 +61,6 @@ PVS_LIST = ("list", "persistentvolumes")
 OTHER_PODS_LIST = ("list", "pods in other namespaces")
 ATTACHMENTS_LIST = ("list", "volumeattachments")
 ALL_PODS_LIST = ("list", "pods in all namespaces")
-
-
-class ApiError(Exception):
-    """An API answer that is not 2xx (``status`` and ``reason`` as kube-apiserver gave them)."""
-
-    def __init__(self, status: int, reason: str = "", what: str = "") -> None:
-        super().__init__(f"{status} {reason}".strip() + (f" ({what})" if what else ""))
-        self.status = status
-        self.reason = reason
-
-
-def _status(exc: BaseException) -> int | None:
-    return getattr(exc, "status", None)
-
-
-def forbidden(exc: BaseException) -> bool:
-    return _status(exc) in (401, 403)
-
-
-async def read_json(call: ApiCall, *args: Any, **kwargs: Any) -> JsonDict:
-    """Call a kubernetes_asyncio method and return the raw camelCase JSON.
-
-    With ``_preload_content=False`` kubernetes_asyncio returns error responses instead of raising
-    (its status check runs only when it preloads), so check the status here.
-    """
-    response = await call(*args, _preload_content=False, **kwargs)
-    try:
-        body = await response.read()
-        if not 200 <= response.status <= 299:
-            raise ApiError(response.status, response.reason or "")
-        answer: JsonDict = json.loads(body)  # every answer read here is one object
-        return answer
-    finally:
-        response.release()
 
 
 # --------------------------------------------------------------------------------------------------
@@ -196,29 +160,6 @@ def slim_node(node: Obj) -> JsonDict:
         "spec": {k: spec[k] for k in ("unschedulable", "taints") if k in spec},
         "status": {"allocatable": (node.get("status") or {}).get("allocatable") or {}},
     }
-
-
-async def list_all(
-    method: ApiCall,
-    *args: Any,
-    transform: Callable[[JsonDict], JsonDict] | None = None,
-    page_size: int = 500,
-) -> tuple[list[JsonDict], str | None]:
-    """Every object of a collection, page by page (the parsed JSON of one page at a time, each
-    object passed through ``transform`` as it arrives); returns (objects, resourceVersion)."""
-    items: list[JsonDict] = []
-    token = None
-    while True:
-        kwargs: JsonDict = {"limit": page_size}
-        if token:
-            kwargs["_continue"] = token
-        listing = await read_json(method, *args, **kwargs)
-        for obj in listing.get("items") or []:
-            items.append(transform(obj) if transform else dict(obj))
-        meta = listing.get("metadata") or {}
-        token = meta.get("continue")
-        if not token:
-            return items, meta.get("resourceVersion")
 
 
 def _key(obj: Obj) -> str:
@@ -534,10 +475,8 @@ class DirectReader:
     ) -> JsonDict | None:
         """None for 404 or when RBAC refuses (noted in ``denied``)."""
         try:
-            return await read_json(call, *args, **kwargs)
+            return await read_json_or_none(call, *args, **kwargs)
         except Exception as exc:
-            if _status(exc) == 404:
-                return None
             if forbidden(exc):
                 self._deny(fact)
                 return None
@@ -1169,12 +1108,8 @@ class ClusterView:
 
     async def _confirm_node(self, name: str) -> JsonDict | None:
         """A node the watch does not have: just created (the watch lags) or deleted.  Ask."""
-        try:
-            return dict(await read_json(self.core.read_node, name), kind="Node")
-        except Exception as exc:
-            if _status(exc) == 404:
-                return None
-            raise
+        node = await read_json_or_none(self.core.read_node, name)
+        return None if node is None else dict(node, kind="Node")
 
     async def _add_node_pods(self, node: str, pods: dict[str, JsonDict]) -> bool:
         """The pinned node's pods of other namespaces, by one field-selector LIST (when only the
@@ -1195,90 +1130,3 @@ class ClusterView:
             slim = slim_pod(item)
             pods.setdefault(_key(slim), slim)
         return True
-
-
-async def admitted_pod(api_client: Any, namespace: str, pod: Obj) -> JsonDict:
-    """The pod as kube-apiserver would admit it: a server-side dry-run create (``dryRun=All``,
-    which ``create`` on pods allows) runs the admission chain (RuntimeClass overhead and
-    scheduling, LimitRange defaults, default tolerations, mutating webhooks) and stores nothing.
-
-    Sent under ``generateName`` so a pod of the same name that still exists (a restart replaces
-    it) does not make it fail; the name is put back on the answer.  Errors propagate.
-    """
-    from kubernetes_asyncio import client
-
-    meta = dict(pod.get("metadata") or {})
-    name = meta.pop("name", None)
-    if name:
-        meta["generateName"] = f"{name[:52]}-"
-    body = {**pod, "apiVersion": "v1", "kind": "Pod", "metadata": meta}
-    core = client.CoreV1Api(api_client)
-    answer = await read_json(core.create_namespaced_pod, namespace, body, dry_run="All")
-    answer_meta = answer.setdefault("metadata", {})
-    answer_meta.pop("generateName", None)
-    if name:
-        answer_meta["name"] = name
-    return answer
-
-
-async def sweep_late_pod(
-    core: Any,
-    namespace: str,
-    pod_name: str,
-    *,
-    started: float,
-    seconds: float,
-    request_timeout: float,
-    grace_period: int | None,
-    deleting: Callable[[Any], None],
-    delete_failed: Callable[[BaseException], None],
-) -> None:
-    """Delete the pod of a spawn the API failed, if it appears: requests sent to a stalled API
-    server are carried out when it resumes, after the spawn (and JupyterHub's cleanup) gave up
-    (docs/failure-modes.md).  Only a pod created before the spawn ended is deleted; the caller
-    cancels the sweep when this server starts again.  Ends once the API answered "not found"
-    twice, 5 s apart, or after ``seconds``.  ``core`` is KubeSpawner's CoreV1Api client;
-    ``deleting(created)`` is called before a delete, ``delete_failed(exc)`` when one fails."""
-    from kubernetes_asyncio.client import V1DeleteOptions, V1Preconditions
-    from kubernetes_asyncio.client.exceptions import ApiException
-
-    ended = time.time()
-    deadline = time.monotonic() + seconds
-    delay, absent_since = 1.0, None
-    while time.monotonic() < deadline:
-        await asyncio.sleep(delay)
-        delay = min(delay * 2, 10.0)
-        try:
-            pod = await asyncio.wait_for(
-                core.read_namespaced_pod(pod_name, namespace), request_timeout
-            )
-        except ApiException as exc:
-            if exc.status != 404:
-                continue
-            now = time.monotonic()
-            absent_since = absent_since or now
-            if now - absent_since >= 5:
-                return
-            delay = 2.5
-            continue
-        except Exception:  # the API is still down: keep trying until the deadline
-            continue
-        absent_since = None
-        created = pod.metadata.creation_timestamp
-        if created is not None and created.timestamp() > ended + 1:
-            return  # a pod of a later spawn: not ours to delete
-        deleting(created)
-        try:
-            await asyncio.wait_for(
-                core.delete_namespaced_pod(
-                    pod_name,
-                    namespace,
-                    body=V1DeleteOptions(
-                        grace_period_seconds=grace_period,
-                        preconditions=V1Preconditions(uid=pod.metadata.uid),
-                    ),
-                ),
-                request_timeout,
-            )
-        except Exception as exc:
-            delete_failed(exc)
