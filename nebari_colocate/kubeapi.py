@@ -6,8 +6,9 @@ Every caller goes through it: the readers (:mod:`nebari_colocate.view`), the wat
 
 - **Connecting** (:func:`connect`): an ``ApiClient`` from the kubeconfig, or inside a pod from its
   service account; :class:`Apis` names the API groups called on one client.
-- **Requests** (:func:`read_json`, :func:`list_all`): a kubernetes_asyncio method called for the
-  raw camelCase JSON (no model objects), page by page for a collection.
+- **Requests** (:func:`read_json`, :func:`list_all`, :func:`watch`): a kubernetes_asyncio method
+  called for the raw camelCase JSON (no model objects), page by page for a collection, event by
+  event for a WATCH.
 - **Errors**: a non-2xx answer is :class:`ApiError` (``status``, ``reason``); :func:`status_of`,
   :func:`forbidden`, and :func:`read_json_or_none` for a 404 (or another status the caller names)
   that means "not there".
@@ -22,10 +23,11 @@ this module raises facts.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import time
-from collections.abc import Awaitable, Callable, Collection, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -217,6 +219,50 @@ async def list_all(
         token = meta.get("continue")
         if not token:
             return items, meta.get("resourceVersion")
+
+
+@contextlib.asynccontextmanager
+async def watch(
+    method: ApiCall,
+    *args: Any,
+    resource_version: str | None,
+    timeout_seconds: int,
+    sock_read: float,
+    what: str,
+) -> AsyncIterator[AsyncIterator[JsonDict]]:
+    """One WATCH of a collection from ``resource_version``, with bookmarks: inside the context,
+    its events as they arrive (parsed JSON), until the server ends it after ``timeout_seconds``
+    (normal) or it fails (raises; :class:`ApiError` when the answer is not 200).  A connection
+    that carries nothing for ``sock_read`` seconds fails."""
+    import aiohttp
+
+    response = await method(
+        *args,
+        watch=True,
+        resource_version=resource_version,
+        allow_watch_bookmarks=True,
+        timeout_seconds=timeout_seconds,
+        _request_timeout=aiohttp.ClientTimeout(total=timeout_seconds + 30, sock_read=sock_read),
+        _preload_content=False,
+    )
+    try:
+        if response.status != 200:
+            raise ApiError(response.status, response.reason or "", f"watch {what}")
+        yield _events(response.content)
+    finally:
+        response.release()
+
+
+async def _events(content: Any) -> AsyncIterator[JsonDict]:
+    """The events of a WATCH's body: one JSON object a line, a line split across chunks."""
+    buffer = b""
+    async for chunk in content.iter_any():
+        lines = (buffer + chunk).split(b"\n")
+        buffer = lines.pop()  # the start of the next event, or b""
+        for line in lines:
+            if line.strip():
+                event: JsonDict = json.loads(line)
+                yield event
 
 
 # --------------------------------------------------------------------------------------------------
