@@ -24,7 +24,7 @@ of a finished move does nothing.  ``rollback`` puts the home claim back on its o
 that volume exists.  See docs/migrate.md.
 
 The decisions (what a claim's state is, what would happen) are pure functions of the objects;
-:class:`Mover` does the I/O with kubernetes_asyncio.
+:class:`Mover` does the I/O, every request through :mod:`nebari_colocate.kubeapi`.
 """
 
 from __future__ import annotations
@@ -792,6 +792,25 @@ class Mover:
     async def _patch_pv(self, name: str, body: JsonDict | list[JsonDict]) -> JsonDict:
         return await read_json(self.core.patch_persistent_volume, name, body)
 
+    async def _reserve_for(self, pv_name: str, pv: Obj | None, claim: str) -> JsonDict:
+        """Pre-bind the volume to ``claim`` of this namespace by name, without a uid: the claim
+        is (re)created under that name next, and the PV controller binds only it."""
+        return await self._patch_pv(
+            pv_name,
+            [
+                {
+                    "op": "replace" if "claimRef" in _spec(pv) else "add",
+                    "path": "/spec/claimRef",
+                    "value": {
+                        "apiVersion": "v1",
+                        "kind": "PersistentVolumeClaim",
+                        "namespace": self.namespace,
+                        "name": claim,
+                    },
+                }
+            ],
+        )
+
     async def _annotate_pv(self, name: str, values: Mapping[str, str | None]) -> JsonDict:
         return await self._patch_pv(name, {"metadata": {"annotations": dict(values)}})
 
@@ -1441,21 +1460,7 @@ class Mover:
             or ref.get("namespace") != self.namespace
             or ref.get("uid")
         ):
-            await self._patch_pv(
-                new_name,
-                [
-                    {
-                        "op": "replace" if "claimRef" in _spec(new) else "add",
-                        "path": "/spec/claimRef",
-                        "value": {
-                            "apiVersion": "v1",
-                            "kind": "PersistentVolumeClaim",
-                            "namespace": self.namespace,
-                            "name": home.claim,
-                        },
-                    }
-                ],
-            )
+            await self._reserve_for(new_name, new, home.claim)
         return None
 
     async def _delete_old_claim(self, home: Home) -> JsonDict | None:
@@ -1645,21 +1650,7 @@ class Mover:
             return
         old_name = _meta(home.old_pv)["name"]
         old = home.old_pv
-        await self._patch_pv(
-            old_name,
-            [
-                {
-                    "op": "replace" if "claimRef" in _spec(old) else "add",
-                    "path": "/spec/claimRef",
-                    "value": {
-                        "apiVersion": "v1",
-                        "kind": "PersistentVolumeClaim",
-                        "namespace": self.namespace,
-                        "name": home.claim,
-                    },
-                }
-            ],
-        )
+        await self._reserve_for(old_name, old, home.claim)
         body = self._final_claim(home, old, old_name)
         body["spec"]["accessModes"] = list(_spec(old).get("accessModes") or [RWO])
         body["metadata"]["annotations"].pop(FROM_KEY, None)
