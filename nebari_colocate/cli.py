@@ -13,13 +13,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from pathlib import Path
-from typing import Any, NoReturn
+from typing import NoReturn
 
-from . import __version__, messages, migrate, report, validate, view
+from . import __version__, kubeapi, messages, migrate, report, validate, view
 from .config import (
     ACCESS_MODES,
     DEFAULT_ACCESS_MODE,
@@ -339,9 +337,6 @@ def simulate(args: argparse.Namespace) -> int:
 # the live cluster: connection
 
 
-#: where Kubernetes mounts a pod's service account (used when no kubeconfig exists)
-SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
-
 _RBAC_HINT = "examples/rbac.yaml grants it"
 _ROLE_HINT = (
     "explain and audit need get and list on pods and persistentvolumeclaims in the hub's "
@@ -354,71 +349,26 @@ def _one_line(exc: BaseException) -> str:
     return text if len(text) <= 300 else text[:297] + "..."
 
 
-class Connection:
-    """An ApiClient, the namespace the credentials default to, and the server's address."""
-
-    def __init__(self, api_client: Any, namespace: str | None, server: str, source: str) -> None:
-        self.api_client = api_client
-        self.namespace = namespace
-        self.server = server
-        self.source = source
-
-
-def kubeconfig_paths(option: str | None, environ: Mapping[str, str]) -> str:
-    """``--kubeconfig``, else ``$KUBECONFIG`` (a list, as kubectl reads it), else the default.
-
-    Read from the environment at call time: kubernetes_asyncio reads ``$KUBECONFIG`` once, at
-    import.
-    """
-    return option or environ.get("KUBECONFIG") or str(Path.home() / ".kube" / "config")
-
-
-async def connect(
-    kubeconfig: str | None, context: str | None, environ: Mapping[str, str] | None = None
-) -> Connection:
-    """An API client from the kubeconfig; inside a pod without one, from its service account."""
-    from kubernetes_asyncio import client, config
-    from kubernetes_asyncio.config.incluster_config import InClusterConfigLoader
-
-    environ = os.environ if environ is None else environ
-    paths = kubeconfig_paths(kubeconfig, environ)
-    existing = [p for p in paths.split(os.pathsep) if p and Path(p).expanduser().exists()]
-    configuration = type.__call__(client.Configuration)  # a fresh one, not the global default
-    if existing:
-        try:
-            loader = await config.load_kube_config(
-                config_file=os.pathsep.join(existing),
-                context=context,
-                client_configuration=configuration,
-                persist_config=False,
-            )
-        except Exception as exc:
-            raise ClusterError(f"kubeconfig {paths}: cannot use it: {_one_line(exc)}") from None
-        current = loader.current_context or {}
-        namespace = (current.get("context") or {}).get("namespace")
-        source = f"kubeconfig {paths}"
-    elif kubeconfig is None and environ.get("KUBERNETES_SERVICE_HOST"):
-        try:
-            InClusterConfigLoader(
-                token_filename=str(SERVICE_ACCOUNT_DIR / "token"),
-                cert_filename=str(SERVICE_ACCOUNT_DIR / "ca.crt"),
-                environ=dict(environ),
-            ).load_and_set(configuration)
-        except Exception as exc:
+async def connect(kubeconfig: str | None, context: str | None) -> kubeapi.Connection:
+    """:func:`nebari_colocate.kubeapi.connect`, its failure in one line (exit status 2)."""
+    try:
+        return await kubeapi.connect(kubeconfig, context)
+    except kubeapi.ConnectError as exc:
+        paths = exc.paths
+        if exc.problem == kubeapi.BAD_KUBECONFIG:
+            assert exc.cause is not None
+            raise ClusterError(
+                f"kubeconfig {paths}: cannot use it: {_one_line(exc.cause)}"
+            ) from None
+        if exc.problem == kubeapi.BAD_SERVICE_ACCOUNT:
+            assert exc.cause is not None
             raise ClusterError(
                 f"no kubeconfig at {paths}, and the pod's service account cannot be used: "
-                f"{_one_line(exc)}"
+                f"{_one_line(exc.cause)}"
             ) from None
-        try:
-            namespace = (SERVICE_ACCOUNT_DIR / "namespace").read_text().strip() or None
-        except OSError:
-            namespace = None
-        source = "the pod's service account"
-    else:
         raise ClusterError(
             f"no kubeconfig: {paths} does not exist (pass --kubeconfig or set KUBECONFIG)"
-        )
-    return Connection(client.ApiClient(configuration), namespace, configuration.host, source)
+        ) from None
 
 
 def _api_error(exc: BaseException, what: str, hint: str = _ROLE_HINT) -> ClusterError:
@@ -473,7 +423,7 @@ async def _read_namespace(reader: view.DirectReader) -> None:
     try:
         await reader.read_namespace()
     except Exception as exc:
-        status = getattr(exc, "status", None)
+        status = kubeapi.status_of(exc)
         if status is None:
             raise
         what = f"list pods in namespace {reader.namespace}"
@@ -514,7 +464,7 @@ def _judged_pod(
     return pod, server, "minimal"
 
 
-async def _explain(conn: Connection, args: argparse.Namespace) -> JsonDict:
+async def _explain(conn: kubeapi.Connection, args: argparse.Namespace) -> JsonDict:
     from kubespawner.slugs import is_valid_label, safe_slug
 
     namespace = args.namespace or conn.namespace or "default"
@@ -539,7 +489,7 @@ async def _explain(conn: Connection, args: argparse.Namespace) -> JsonDict:
             extra_nodes=sorted(own_nodes),
         )
     except Exception as exc:
-        if getattr(exc, "status", None) is None:
+        if kubeapi.status_of(exc) is None:
             raise
         raise _api_error(exc, "read the objects the decision needs") from None
     try:
@@ -568,14 +518,14 @@ async def _explain(conn: Connection, args: argparse.Namespace) -> JsonDict:
 # audit
 
 
-async def _audit(conn: Connection, args: argparse.Namespace) -> JsonDict:
+async def _audit(conn: kubeapi.Connection, args: argparse.Namespace) -> JsonDict:
     namespace = args.namespace or conn.namespace or "default"
     reader = view.DirectReader(conn.api_client, namespace)
     await _read_namespace(reader)
     try:
         state = await reader.everything()
     except Exception as exc:
-        if getattr(exc, "status", None) is None:
+        if kubeapi.status_of(exc) is None:
             raise
         raise _api_error(exc, "read nodes and volume attachments") from None
     notes = [*_empty_namespace_note(state), *_denied_notes(reader.denied, _NODES_COST_AUDIT)]
@@ -765,7 +715,7 @@ async def _migrate(args: argparse.Namespace) -> int:
             f"cannot reach the Kubernetes API at {conn.server} ({conn.source}): {_one_line(exc)}"
         ) from None
     except Exception as exc:
-        if getattr(exc, "status", None) is not None:
+        if kubeapi.status_of(exc) is not None:
             raise _api_error(exc, f"migrate {args.migrate_command}", MIGRATE_RBAC_HINT) from None
         raise
     finally:

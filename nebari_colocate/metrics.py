@@ -106,7 +106,8 @@ def observe_api_fault(fault: str) -> None:
 
 @lru_cache(maxsize=1)
 def view_collectors() -> dict[str, Any]:
-    """The live view's metrics (nebari_colocate.view), created once per process."""
+    """The live view's metrics (its watches, nebari_colocate.informer; the spawner's fallbacks to
+    direct reads), created once per process."""
     from prometheus_client import Counter, Gauge
 
     return {

@@ -24,7 +24,7 @@ of a finished move does nothing.  ``rollback`` puts the home claim back on its o
 that volume exists.  See docs/migrate.md.
 
 The decisions (what a claim's state is, what would happen) are pure functions of the objects;
-:class:`Mover` does the I/O with kubernetes_asyncio.
+:class:`Mover` does the I/O, every request through :mod:`nebari_colocate.kubeapi`.
 """
 
 from __future__ import annotations
@@ -46,6 +46,16 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from .kubeapi import (
+    CONFLICT,
+    DENIED,
+    NOT_FOUND,
+    ApiError,
+    Apis,
+    forbidden,
+    read_json,
+    read_json_or_none,
+)
 from .objects import (
     MIGRATION_ANNOTATION,
     MIGRATION_SINCE_ANNOTATION,
@@ -65,7 +75,6 @@ from .objects import (
 from .objects import annotations_of as _annotations
 from .objects import meta as _meta
 from .objects import spec as _spec
-from .view import ApiError, read_json
 
 # Written on the old PersistentVolume: it outlives the claims, so the move's state lives there.
 CLAIM_KEY = "nebari.dev/migrate-claim"  # "<namespace>/<claim>"
@@ -647,12 +656,7 @@ class MoveLease:
         }
 
     async def read(self) -> JsonDict | None:
-        try:
-            return await read_json(self.api.read_namespaced_lease, self.name, self.namespace)
-        except ApiError as exc:
-            if exc.status == 404:
-                return None
-            raise
+        return await read_json_or_none(self.api.read_namespaced_lease, self.name, self.namespace)
 
     async def acquire(self) -> JsonDict | None:
         """None when this run holds the lease now; else who holds it (``lease_facts``)."""
@@ -679,7 +683,7 @@ class MoveLease:
                     if _spec(found).get("holderIdentity"):
                         self.took_over = {**lease_facts(found), "state": state}
             except ApiError as exc:
-                if exc.status in (404, 409):
+                if exc.status in (NOT_FOUND, CONFLICT):
                     continue
                 raise
             self._renewed = time.monotonic()
@@ -698,7 +702,7 @@ class MoveLease:
                 self.api.replace_namespaced_lease, self.name, self.namespace, body
             )
         except ApiError as exc:
-            if exc.status not in (404, 409):
+            if exc.status not in (NOT_FOUND, CONFLICT):
                 raise
             now = await self.read()
             self.body = None
@@ -746,11 +750,10 @@ class Mover:
         checkpoint: Callable[[str, str], Awaitable[None] | None] | None = None,
         log: Callable[[str], None] | None = None,
     ) -> None:
-        from kubernetes_asyncio import client
-
-        self.core = client.CoreV1Api(api_client)
-        self.storage = client.StorageV1Api(api_client)
-        self.coordination = client.CoordinationV1Api(api_client)
+        apis = Apis(api_client)
+        self.core = apis.core
+        self.storage = apis.storage
+        self.coordination = apis.coordination
         self.lease_seconds = lease_seconds
         self.namespace = namespace
         self.storage_class = storage_class
@@ -765,26 +768,16 @@ class Mover:
 
     # -- small API helpers ----------------------------------------------------------------------
 
-    async def _get(self, call: Callable[..., Awaitable[Any]], *args: Any) -> JsonDict | None:
-        from kubernetes_asyncio.client.exceptions import ApiException
-
-        try:
-            return await read_json(call, *args)
-        except (ApiException, ApiError) as exc:
-            if exc.status == 404:
-                return None
-            raise
-
     async def pvc(self, name: str) -> JsonDict | None:
-        return await self._get(
+        return await read_json_or_none(
             self.core.read_namespaced_persistent_volume_claim, name, self.namespace
         )
 
     async def pv(self, name: str | None) -> JsonDict | None:
-        return await self._get(self.core.read_persistent_volume, name) if name else None
+        return await read_json_or_none(self.core.read_persistent_volume, name) if name else None
 
     async def pod(self, name: str) -> JsonDict | None:
-        return await self._get(self.core.read_namespaced_pod, name, self.namespace)
+        return await read_json_or_none(self.core.read_namespaced_pod, name, self.namespace)
 
     async def pods(self) -> list[JsonDict]:
         return (await read_json(self.core.list_namespaced_pod, self.namespace)).get("items") or []
@@ -799,6 +792,25 @@ class Mover:
     async def _patch_pv(self, name: str, body: JsonDict | list[JsonDict]) -> JsonDict:
         return await read_json(self.core.patch_persistent_volume, name, body)
 
+    async def _reserve_for(self, pv_name: str, pv: Obj | None, claim: str) -> JsonDict:
+        """Pre-bind the volume to ``claim`` of this namespace by name, without a uid: the claim
+        is (re)created under that name next, and the PV controller binds only it."""
+        return await self._patch_pv(
+            pv_name,
+            [
+                {
+                    "op": "replace" if "claimRef" in _spec(pv) else "add",
+                    "path": "/spec/claimRef",
+                    "value": {
+                        "apiVersion": "v1",
+                        "kind": "PersistentVolumeClaim",
+                        "namespace": self.namespace,
+                        "name": claim,
+                    },
+                }
+            ],
+        )
+
     async def _annotate_pv(self, name: str, values: Mapping[str, str | None]) -> JsonDict:
         return await self._patch_pv(name, {"metadata": {"annotations": dict(values)}})
 
@@ -812,32 +824,21 @@ class Mover:
 
     async def _delete_pvc(self, name: str, uid: str) -> None:
         """Delete the claim with this uid (not one recreated under the name), wait until gone."""
-        from kubernetes_asyncio.client.exceptions import ApiException
-
-        try:
-            await read_json(
-                self.core.delete_namespaced_persistent_volume_claim,
-                name,
-                self.namespace,
-                body={"preconditions": {"uid": uid}},
-            )
-        except (ApiException, ApiError) as exc:
-            if exc.status not in (404, 409):  # gone, or a newer claim under the name
-                raise
+        await read_json_or_none(  # None: gone, or a newer claim under the name
+            self.core.delete_namespaced_persistent_volume_claim,
+            name,
+            self.namespace,
+            body={"preconditions": {"uid": uid}},
+            none_for=(NOT_FOUND, CONFLICT),
+        )
         await self._wait(
             lambda: self._gone(self.pvc(name), uid), self.bind_timeout, f"claim {name} deleted"
         )
 
     async def _delete_pod(self, name: str) -> None:
-        from kubernetes_asyncio.client.exceptions import ApiException
-
-        try:
-            await read_json(
-                self.core.delete_namespaced_pod, name, self.namespace, grace_period_seconds=0
-            )
-        except (ApiException, ApiError) as exc:
-            if exc.status != 404:
-                raise
+        await read_json_or_none(
+            self.core.delete_namespaced_pod, name, self.namespace, grace_period_seconds=0
+        )
         await self._wait(
             lambda: self._gone(self.pod(name), None), self.bind_timeout, f"pod {name} deleted"
         )
@@ -953,8 +954,6 @@ class Mover:
 
     async def check_storage_class(self) -> list[str]:
         """Raise MigrateError for a target class that cannot work; notes for what is unknown."""
-        from kubernetes_asyncio.client.exceptions import ApiException
-
         name = self.storage_class
         if not name:
             raise MigrateError(
@@ -962,9 +961,9 @@ class Mover:
                 "ReadWriteMany homes in, helm custom.storage-class)"
             )
         try:
-            sc = await self._get(self.storage.read_storage_class, name)
-        except (ApiException, ApiError) as exc:
-            if exc.status in (401, 403):
+            sc = await read_json_or_none(self.storage.read_storage_class, name)
+        except ApiError as exc:
+            if forbidden(exc):
                 return [f"cannot read storage class {name} ({exc.status}): not checked"]
             raise
         rwx = None
@@ -1341,14 +1340,9 @@ class Mover:
         return None
 
     async def _attached_node(self, pv_name: str) -> str | None:
-        from kubernetes_asyncio.client.exceptions import ApiException
-
-        try:
-            listing = await read_json(self.storage.list_volume_attachment)
-        except (ApiException, ApiError) as exc:
-            if exc.status in (401, 403):
-                return None
-            raise
+        listing = await read_json_or_none(self.storage.list_volume_attachment, none_for=DENIED)
+        if listing is None:
+            return None
         nodes = sorted(attached_nodes(listing.get("items") or [], pv_name))
         return nodes[0] if len(nodes) == 1 else None
 
@@ -1466,21 +1460,7 @@ class Mover:
             or ref.get("namespace") != self.namespace
             or ref.get("uid")
         ):
-            await self._patch_pv(
-                new_name,
-                [
-                    {
-                        "op": "replace" if "claimRef" in _spec(new) else "add",
-                        "path": "/spec/claimRef",
-                        "value": {
-                            "apiVersion": "v1",
-                            "kind": "PersistentVolumeClaim",
-                            "namespace": self.namespace,
-                            "name": home.claim,
-                        },
-                    }
-                ],
-            )
+            await self._reserve_for(new_name, new, home.claim)
         return None
 
     async def _delete_old_claim(self, home: Home) -> JsonDict | None:
@@ -1670,21 +1650,7 @@ class Mover:
             return
         old_name = _meta(home.old_pv)["name"]
         old = home.old_pv
-        await self._patch_pv(
-            old_name,
-            [
-                {
-                    "op": "replace" if "claimRef" in _spec(old) else "add",
-                    "path": "/spec/claimRef",
-                    "value": {
-                        "apiVersion": "v1",
-                        "kind": "PersistentVolumeClaim",
-                        "namespace": self.namespace,
-                        "name": home.claim,
-                    },
-                }
-            ],
-        )
+        await self._reserve_for(old_name, old, home.claim)
         body = self._final_claim(home, old, old_name)
         body["spec"]["accessModes"] = list(_spec(old).get("accessModes") or [RWO])
         body["metadata"]["annotations"].pop(FROM_KEY, None)
@@ -1805,7 +1771,7 @@ class Mover:
         try:
             lease = await MoveLease(self.coordination, self.namespace, claim, 0).read()
         except ApiError as exc:
-            if exc.status in (401, 403):
+            if forbidden(exc):
                 return None
             raise
         return lease_facts(lease) if lease and _spec(lease).get("holderIdentity") else None

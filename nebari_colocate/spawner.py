@@ -81,6 +81,7 @@ from .jupyterhub import (
     uncount_refusal,
 )
 from .known_modes import KnownModes
+from .kubeapi import admitted_pod, sweep_late_pod
 from .locks import UserLocks
 from .objects import (
     SERVERNAME_ANNOTATION,
@@ -92,7 +93,7 @@ from .objects import (
 )
 from .placement import COLOCATE, REFUSE, SKIP, Decision, Policy, decide, safe_side
 from .state import ClusterState
-from .view import ClusterView, DirectReader, ViewNotLive, admitted_pod, sweep_late_pod
+from .view import ClusterView, DirectReader, ViewNotLive
 
 __all__ = ["JUPYTERHUB_MAJOR", "ColocatingKubeSpawner", "ColocationRefused", "KubernetesApiFault"]
 

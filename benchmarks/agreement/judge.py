@@ -21,10 +21,10 @@ from nebari_colocate.events import (
     parse_time,
     read_fragment,
 )
+from nebari_colocate.kubeapi import read_json
 from nebari_colocate.objects import pod_claims
 from nebari_colocate.placement import CLAIM_IN_USE, COLOCATE, REFUSE, Decision
 from nebari_colocate.state import ClusterState
-from nebari_colocate.view import read_json
 
 # kube-scheduler 1.37's filter plugins in the order it runs them
 # (pkg/scheduler/apis/config/v1/default_plugins.go), with the reason codes of ours each stands for

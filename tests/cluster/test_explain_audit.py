@@ -18,7 +18,7 @@ import builders
 import yaml
 from kube import helpers
 
-from nebari_colocate import cli
+from nebari_colocate import cli, kubeapi
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
@@ -550,7 +550,7 @@ async def test_audit_inside_a_pod_uses_its_service_account_and_namespace(
     shutil.copy(kube.control_plane.ca_file, account / "ca.crt")
     (account / "namespace").write_text(kube.namespace)
     host, port = kube.control_plane.server.removeprefix("https://").split(":")
-    monkeypatch.setattr(cli, "SERVICE_ACCOUNT_DIR", account)
+    monkeypatch.setattr(kubeapi, "SERVICE_ACCOUNT_DIR", account)
     monkeypatch.delenv("KUBECONFIG", raising=False)
     monkeypatch.setenv("HOME", str(tmp_path / f"home-{secrets.token_hex(2)}"))
     monkeypatch.setenv("KUBERNETES_SERVICE_HOST", host)

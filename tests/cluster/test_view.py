@@ -401,7 +401,9 @@ async def test_servers_in_many_namespaces_share_one_set_of_cluster_wide_watches(
         assert all(v.hub is hub for v in views)
         watching = [c.name for c in hub.collections() if c._task and not c._task.done()]
         assert len(watching) == 5, watching
-        per_namespace = [c.name for v in views for c in (v.ns_pods, v.ns_pvcs) if c._task]
+        per_namespace = [
+            c.name for v in views for c in (v.watches.own_pods, v.watches.own_pvcs) if c._task
+        ]
         assert per_namespace == []
 
         # Each namespace still decides on its own pods: alice's app joins her lab.

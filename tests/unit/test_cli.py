@@ -16,7 +16,7 @@ import pytest
 import yaml
 from builders import node, pod, pvc, running
 
-from nebari_colocate import cli, state
+from nebari_colocate import cli, kubeapi, state
 
 SCENARIOS = Path(__file__).resolve().parents[2] / "examples" / "scenarios"
 ENTRY_POINT = Path(sys.executable).with_name("nebari-colocate")
@@ -734,9 +734,9 @@ def test_cli_main_turns_every_reader_error_into_exit_2(tmp_path, capsys):
 
 def test_kubeconfig_option_wins_over_the_environment(monkeypatch):
     env = {"KUBECONFIG": "/from/env"}
-    assert cli.kubeconfig_paths("/from/option", env) == "/from/option"
-    assert cli.kubeconfig_paths(None, env) == "/from/env"
-    assert cli.kubeconfig_paths(None, {}).endswith("/.kube/config")
+    assert kubeapi.kubeconfig_paths("/from/option", env) == "/from/option"
+    assert kubeapi.kubeconfig_paths(None, env) == "/from/env"
+    assert kubeapi.kubeconfig_paths(None, {}).endswith("/.kube/config")
 
 
 @pytest.mark.parametrize("command", [["explain", "alice"], ["audit"]])
@@ -807,7 +807,7 @@ def test_inside_a_pod_without_a_service_account_token_exits_2(capsys, monkeypatc
     monkeypatch.setenv("KUBECONFIG", str(tmp_path / "nowhere"))
     monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "127.0.0.1")
     monkeypatch.setenv("KUBERNETES_SERVICE_PORT", "1")
-    monkeypatch.setattr(cli, "SERVICE_ACCOUNT_DIR", tmp_path)
+    monkeypatch.setattr(kubeapi, "SERVICE_ACCOUNT_DIR", tmp_path)
     status, out, err = run(["explain", "alice"], capsys)
     assert (status, out) == (2, "")
     assert "the pod's service account cannot be used" in err

@@ -1,4 +1,5 @@
-"""The pure parts of the live view: what it keeps of a pod, and its indexes per watch event.
+"""The pure parts of the live view: what it keeps of a pod (nebari_colocate.slim), and the
+indexes the watches keep per event (nebari_colocate.informer).
 
 (The watches themselves run against the real kube-apiserver in tests/cluster/test_view.py.)
 """
@@ -9,8 +10,9 @@ import pytest
 from builders import NAMESPACE, container, node, pod, pvc, sidecar, state
 
 from nebari_colocate import fit
+from nebari_colocate.informer import Collection, Index, claim_keys, node_keys
 from nebari_colocate.placement import Policy, decide
-from nebari_colocate.view import Collection, _claim_keys, _Index, _node_keys, slim_pod
+from nebari_colocate.slim import slim_pod
 
 HOME = "claim-alice"
 
@@ -78,7 +80,7 @@ def test_decisions_on_slim_pods_equal_decisions_on_full_pods(phase):
 
 
 def test_indexes_follow_added_modified_and_deleted_pods():
-    by_claim, by_node = _Index(_claim_keys), _Index(_node_keys)
+    by_claim, by_node = Index(claim_keys), Index(node_keys)
     collection = Collection(
         "pods",
         method=None,
@@ -117,7 +119,7 @@ def test_an_error_event_raises_so_the_collection_lists_again():
 
 
 def test_a_relist_drops_what_disappeared_while_the_watch_was_down():
-    by_claim = _Index(_claim_keys)
+    by_claim = Index(claim_keys)
     collection = Collection("pods", method=None, on_change=by_claim.change)
     collection._replace_all([pod("a", claims=[HOME]), pod("b", claims=[HOME])])
     collection._replace_all([pod("b", claims=[HOME])])

@@ -1,0 +1,533 @@
+"""The watches: collections of the API kept in memory by LIST then WATCH, shared by every spawner
+of a hub (the models are kubespawner's ``ResourceReflector`` and dask-gateway's ``Informer``).
+
+- :class:`Collection`: one collection, listed page by page, then watched from its
+  resourceVersion with bookmarks; re-listed after a 410 Gone, an error, an API restart, or a
+  WATCH quiet for longer than ``stale_after`` (a dead network path can look open).  ``live``
+  only while listed and watching with no error since.
+- :class:`Index`: objects by claim, by node, by PV and by disk, updated per watch event.
+- :class:`HubWatches`: the cluster-wide collections of one hub, one set per event loop whatever
+  the number of namespaces, started lazily; and :class:`NamespaceWatches`, a namespace's own
+  pods or claims, watched only where RBAC forbids the cluster-wide LIST, and whether what a
+  namespace's checks rest on can be trusted now (``problems``, ``live``, ``fresh``).
+
+The readers of :mod:`nebari_colocate.view` read them; the requests go through
+:mod:`nebari_colocate.kubeapi`.  Objects are kept slim (:mod:`nebari_colocate.slim`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import time
+from collections.abc import Callable, Iterable
+from typing import Any, ClassVar
+
+from . import metrics
+from .config import DEFAULT_WATCH_STALE_SECONDS, FRESH_SECONDS
+from .kubeapi import ApiCall, ApiError, Apis, forbidden, list_all, watch
+from .objects import JsonDict, Obj, attachment_pv, pod_claims, volume_identity
+from .slim import Shared, slim_node, slim_pod
+
+log = logging.getLogger(__name__)
+
+
+def cache_key(obj: Obj) -> str:
+    """``namespace/name``, or ``name`` for a cluster-scoped object (client-go's
+    ``MetaNamespaceKeyFunc``): the key of the caches and indexes."""
+    meta = obj.get("metadata") or {}
+    namespace = meta.get("namespace")
+    return f"{namespace}/{meta.get('name')}" if namespace else str(meta.get("name"))
+
+
+# --------------------------------------------------------------------------------------------------
+# one watched collection
+
+
+class Collection:
+    """One collection kept by LIST, then WATCH from its resourceVersion; re-listed after a 410
+    or any error.  ``live`` only while listed and watching with no error since."""
+
+    #: seconds kube-apiserver keeps one WATCH open (it ends it; we watch again at once)
+    watch_timeout_seconds: ClassVar[int] = 300
+    #: seconds between attempts while the API fails, doubling up to ``max_backoff``
+    min_backoff: ClassVar[float] = 0.2
+    max_backoff: ClassVar[float] = 10.0
+    #: after a 403, ask again this much later (RBAC may be granted while the hub runs)
+    forbidden_retry_seconds: ClassVar[float] = 600.0
+    #: objects per page of a LIST
+    page_size: ClassVar[int] = 500
+    #: seconds without an event or a bookmark after which a WATCH counts as dead (its network
+    #: path may be gone while the connection looks open): kube-apiserver sends a bookmark about
+    #: every minute even when nothing changes.  The view sets it (``stale_after``).
+    stale_after: float = DEFAULT_WATCH_STALE_SECONDS
+
+    def __init__(
+        self,
+        name: str,
+        method: ApiCall,
+        args: tuple[Any, ...] = (),
+        *,
+        transform: Callable[[JsonDict], JsonDict] | None = None,
+        on_change: Callable[[JsonDict | None, JsonDict | None], None] | None = None,
+        on_forbidden: Callable[[], None] | None = None,
+    ) -> None:
+        self.name = name
+        #: called on a 401/403 instead of asking again later (the collection stops)
+        self._on_forbidden = on_forbidden
+        self._method = method
+        self._args = args
+        self._transform = transform
+        self._on_change = on_change
+        self.items: dict[str, JsonDict] = {}
+        self.live = False
+        self.forbidden = False
+        #: set once the first LIST answered (listed, or forbidden)
+        self.settled = asyncio.Event()
+        self.error: str | None = None
+        self.resyncs = 0
+        self.resource_version: str | None = None
+        #: time.monotonic() of the last proof that the watch's path carries data: the LIST, the
+        #: WATCH's answer, any event or bookmark (None before the first)
+        self.last_seen: float | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        if self._task is None or self._task.done():
+            self._task = asyncio.ensure_future(self._run())
+
+    def quiet_seconds(self) -> float:
+        """Seconds since the last event or bookmark (or LIST); infinite before the first."""
+        return float("inf") if self.last_seen is None else time.monotonic() - self.last_seen
+
+    def relist(self) -> None:
+        """Drop the current WATCH and list again (it may be silent on a dead path); not live
+        until the LIST answered."""
+        if self._task is None or self._task.done() or self.forbidden:
+            return
+        self._task.cancel()
+        self._task = None
+        self._set_live(False)
+        self.error = f"no event or bookmark for {self.quiet_seconds():.0f} s: listing again"
+        self.last_seen = None
+        self.resyncs += 1
+        metrics.observe_view_resync(self.name)
+        log.warning("colocate: watch of %s is quiet; %s", self.name, self.error)
+        self.start()
+
+    async def stop(self) -> None:
+        task, self._task = self._task, None
+        self._set_live(False)
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(BaseException):
+                await task
+
+    def _set_live(self, live: bool) -> None:
+        if live != self.live:
+            self.live = live
+            metrics.observe_view_live(self.name, live)
+
+    def _put(self, obj: JsonDict) -> None:
+        obj = self._transform(obj) if self._transform else dict(obj)
+        key = cache_key(obj)
+        old = self.items.get(key)
+        self.items[key] = obj
+        if self._on_change:
+            self._on_change(old, obj)
+
+    def _drop(self, obj: Obj) -> None:
+        old = self.items.pop(cache_key(obj), None)
+        if old is not None and self._on_change:
+            self._on_change(old, None)
+
+    def _replace_all(self, items: Iterable[JsonDict], transformed: bool = False) -> None:
+        fresh: dict[str, JsonDict] = {}
+        for obj in items:
+            if not transformed:
+                obj = self._transform(obj) if self._transform else dict(obj)
+            fresh[cache_key(obj)] = obj
+        old_items, self.items = self.items, fresh
+        if self._on_change:
+            for key, old in old_items.items():
+                if key not in fresh:
+                    self._on_change(old, None)
+            for key, obj in fresh.items():
+                self._on_change(old_items.get(key), obj)
+
+    async def _list(self) -> None:
+        # Pages keep the parsed JSON of a large collection small while it is slimmed.
+        items, version = await list_all(
+            self._method, *self._args, transform=self._transform, page_size=self.page_size
+        )
+        self._replace_all(items, transformed=True)
+        self.resource_version = version
+        self.last_seen = time.monotonic()
+
+    async def _watch(self) -> None:
+        """One WATCH until the server ends it (normal) or it fails (raises)."""
+        async with watch(
+            self._method,
+            *self._args,
+            resource_version=self.resource_version,
+            timeout_seconds=self.watch_timeout_seconds,
+            sock_read=self.stale_after,
+            what=self.name,
+        ) as events:
+            self._set_live(True)
+            self.last_seen = time.monotonic()
+            async for event in events:
+                self._event(event)
+
+    def _event(self, event: Obj) -> None:
+        kind, obj = event.get("type"), event.get("object") or {}
+        version = (obj.get("metadata") or {}).get("resourceVersion")
+        if kind == "ERROR":
+            raise ApiError(obj.get("code") or 500, obj.get("reason") or "", obj.get("message", ""))
+        if kind in ("ADDED", "MODIFIED"):
+            self._put(obj)
+        elif kind == "DELETED":
+            self._drop(obj)
+        if version:
+            self.resource_version = version
+        self.last_seen = time.monotonic()  # an event or a bookmark: the path carries data
+
+    async def _run(self) -> None:
+        backoff = self.min_backoff
+        need_list = True
+        while True:
+            try:
+                if need_list:
+                    await self._list()
+                    self.forbidden = False
+                    need_list = False
+                    self.settled.set()
+                await self._watch()
+                backoff = self.min_backoff  # the server ended the WATCH: watch again
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                self._set_live(False)
+                self.error = f"{type(exc).__name__}: {exc}"
+                if forbidden(exc):
+                    self.forbidden = True
+                    self._replace_all([])
+                    self.settled.set()
+                    if self._on_forbidden is not None:
+                        self._on_forbidden()
+                        return
+                    await asyncio.sleep(self.forbidden_retry_seconds)
+                    need_list = True
+                    continue
+                # 410 Gone (the version is compacted), an API restart, a dropped connection:
+                # whatever happened while we were away is unknown, so list again.
+                need_list = True
+                self.resyncs += 1
+                metrics.observe_view_resync(self.name)
+                log.warning(
+                    "colocate: watch of %s broke (%s); the live view is not trusted until it is "
+                    "listed again",
+                    self.name,
+                    self.error,
+                )
+                await asyncio.sleep(backoff * (1 + random.random() / 2))
+                backoff = min(backoff * 2, self.max_backoff)
+
+
+# --------------------------------------------------------------------------------------------------
+# indexes
+
+
+class Index:
+    """key -> {object key: object}, kept up to date from a collection's changes (its
+    ``on_change``), so a reader looks up a claim's or a node's pods instead of scanning."""
+
+    def __init__(self, keys_of: Callable[[Obj], Iterable[str]]) -> None:
+        self._keys_of = keys_of
+        self.entries: dict[str, dict[str, JsonDict]] = {}
+
+    def change(self, old: JsonDict | None, new: JsonDict | None) -> None:
+        if old is not None:
+            name = cache_key(old)
+            for key in self._keys_of(old):
+                bucket = self.entries.get(key)
+                if bucket is not None:
+                    bucket.pop(name, None)
+                    if not bucket:
+                        del self.entries[key]
+        if new is not None:
+            name = cache_key(new)
+            for key in self._keys_of(new):
+                self.entries.setdefault(key, {})[name] = new
+
+    def get(self, key: str) -> list[JsonDict]:
+        return list((self.entries.get(key) or {}).values())
+
+
+def claim_keys(pod: Obj) -> list[str]:
+    namespace = (pod.get("metadata") or {}).get("namespace") or ""
+    return [f"{namespace}/{c}" for c in pod_claims(pod)]
+
+
+def node_keys(pod: Obj) -> list[str]:
+    node = (pod.get("spec") or {}).get("nodeName")
+    return [node] if node else []
+
+
+def attachment_keys(va: Obj) -> list[str]:
+    pv = attachment_pv(va)
+    return [pv] if pv else []
+
+
+def disk_key(disk: tuple[str, str]) -> str:
+    return "^".join(disk)  # kube-controller-manager's unique volume name joins them so
+
+
+def disk_keys(pv: Obj) -> list[str]:
+    disk = volume_identity(pv)
+    return [disk_key(disk)] if disk else []
+
+
+# --------------------------------------------------------------------------------------------------
+# the watches of a hub
+
+
+class NamespaceWatches:
+    """One namespace on the hub's watches: its own pods or claims, watched only where RBAC
+    forbids the cluster-wide ones, and whether the collections its checks rest on can be trusted
+    now.  Get it with :meth:`HubWatches.namespace`."""
+
+    #: seconds since a watch's last event or bookmark within which an unpinned decision is taken
+    #: from memory alone (else confirmed by one namespaced LIST)
+    fresh_seconds: ClassVar[float] = FRESH_SECONDS
+
+    def __init__(self, hub: HubWatches, namespace: str) -> None:
+        self.hub = hub
+        self.namespace = namespace
+        #: seconds without an event or a bookmark after which a watch is not trusted and listed
+        #: again (the spawner sets it from ``colocation_watch_stale_seconds``)
+        self.stale_after = DEFAULT_WATCH_STALE_SECONDS
+        self.own_pods = Collection(
+            f"pods ({namespace})",
+            hub.core.list_namespaced_pod,
+            (namespace,),
+            transform=hub.slim,
+            on_change=hub.pods_changed,
+        )
+        self.own_pvcs = Collection(
+            f"persistentvolumeclaims ({namespace})",
+            hub.core.list_namespaced_persistent_volume_claim,
+            (namespace,),
+            transform=lambda obj: dict(obj, kind="PersistentVolumeClaim"),
+        )
+        self.started = False
+
+    def start(self) -> None:
+        """Start the watches (idempotent; the first check calls it)."""
+        self.hub.start()
+        if self.started:
+            return
+        self.started = True
+        if self.hub.all_pods.forbidden:
+            self.own_pods.start()
+        if self.hub.all_pvcs.forbidden:
+            self.own_pvcs.start()
+
+    async def stop(self) -> None:
+        if self.hub.namespaces.get(self.namespace) is self:
+            del self.hub.namespaces[self.namespace]
+        for collection in (self.own_pods, self.own_pvcs):
+            await collection.stop()
+
+    @property
+    def pods(self) -> Collection:
+        """The pod collection in use."""
+        return self.own_pods if self.hub.all_pods.forbidden else self.hub.all_pods
+
+    @property
+    def pvcs(self) -> Collection:
+        """The claim collection in use."""
+        return self.own_pvcs if self.hub.all_pvcs.forbidden else self.hub.all_pvcs
+
+    def problems(self) -> list[str]:
+        """Why the watches are not live now (empty when they are).  A watch quiet for longer
+        than ``stale_after`` (no event, no bookmark: kube-apiserver sends one about every minute)
+        may be a dead network path that looks open: it is listed again, and not trusted till
+        then."""
+        if not self.started:
+            return ["not started"]
+        hub = self.hub
+        hub.set_stale_after(self.stale_after)
+        found = []
+        for collection in (self.pods, self.pvcs, hub.nodes, hub.pvs, hub.attachments):
+            if collection.forbidden and collection not in (self.pods, self.pvcs):
+                continue
+            if not collection.live:
+                found.append(f"{collection.name}: {collection.error or 'not listed yet'}")
+            elif collection.quiet_seconds() > self.stale_after:
+                found.append(
+                    f"{collection.name}: no event or bookmark for "
+                    f"{collection.quiet_seconds():.0f} s (more than {self.stale_after:g} s)"
+                )
+                collection.relist()
+        return found
+
+    @property
+    def live(self) -> bool:
+        return not self.problems()
+
+    def fresh(self) -> bool:
+        """The watches an unpinned decision rests on (pods, attachments) had an event or a
+        bookmark within ``fresh_seconds``: nothing can have been missed since."""
+        attachments = self.hub.attachments
+        watched = [self.pods] + ([] if attachments.forbidden else [attachments])
+        return all(c.quiet_seconds() <= self.fresh_seconds for c in watched)
+
+    async def wait_live(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds for every watch to be listed and live."""
+        deadline = time.monotonic() + timeout
+        while not self.live:
+            if time.monotonic() >= deadline:
+                return False
+            await asyncio.sleep(0.02)
+        return True
+
+    def has_pod(self, namespace: str, name: str) -> bool:
+        return f"{namespace}/{name}" in self.pods.items
+
+
+class HubWatches:
+    """The cluster-wide watches of one hub, in one event loop, whatever the number of
+    namespaces its servers run in (``enable_user_namespaces``): every pod and every claim of the
+    cluster when RBAC allows it, Nodes, PersistentVolumes, VolumeAttachments, and the indexes on
+    them.  A namespace (:class:`NamespaceWatches`) watches its own pods or claims only when the
+    cluster-wide LIST is forbidden.  Get the running loop's with :meth:`of_running_loop`."""
+
+    _hubs: ClassVar[dict[int, HubWatches]] = {}
+
+    @classmethod
+    def of_running_loop(cls, api_client: Any) -> HubWatches:
+        """The watches of the running event loop's hub (created on first use)."""
+        loop = asyncio.get_running_loop()
+        hub = cls._hubs.get(id(loop))
+        if hub is None or not hub.usable_in(loop):
+            hub = cls._hubs[id(loop)] = cls(api_client)
+        return hub
+
+    @classmethod
+    def running(cls) -> list[HubWatches]:
+        """The hubs' watches that run (one per event loop): tests and metrics count them."""
+        return [h for h in cls._hubs.values() if not h.closed]
+
+    @classmethod
+    async def stop_all(cls, namespace: str | None = None) -> None:
+        """Stop the shared watches (of the hubs that serve ``namespace``, or all)."""
+        for key, hub in list(cls._hubs.items()):
+            if namespace is None or namespace in hub.namespaces:
+                cls._hubs.pop(key, None)
+                await hub.stop()
+
+    def __init__(self, api_client: Any) -> None:
+        apis = Apis(api_client)
+        self.api_client = api_client
+        self._loop = asyncio.get_running_loop()
+        self.closed = False
+        self._started = False
+        core = apis.core
+        self.core = core
+        self.storage = apis.storage
+        #: the namespaces the hub's checks read
+        self.namespaces: dict[str, NamespaceWatches] = {}
+        self.by_claim = Index(claim_keys)
+        self.by_node = Index(node_keys)
+        self.attachments_by_pv = Index(attachment_keys)
+        self.pvs_by_disk = Index(disk_keys)
+        self.shared = Shared()
+
+        def with_kind(kind: str) -> Callable[[Obj], JsonDict]:
+            return lambda obj: dict(obj, kind=kind)
+
+        self.all_pods = Collection(
+            "pods (all namespaces)",
+            core.list_pod_for_all_namespaces,
+            transform=self.slim,
+            on_change=self.pods_changed,
+            on_forbidden=self._namespace_pods_only,
+        )
+        self.all_pvcs = Collection(
+            "persistentvolumeclaims (all namespaces)",
+            core.list_persistent_volume_claim_for_all_namespaces,
+            transform=with_kind("PersistentVolumeClaim"),
+            on_forbidden=self._namespace_claims_only,
+        )
+        self.nodes = Collection("nodes", core.list_node, transform=slim_node)
+        self.pvs = Collection(
+            "persistentvolumes",
+            core.list_persistent_volume,
+            transform=with_kind("PersistentVolume"),
+            on_change=self.pvs_by_disk.change,
+        )
+        self.attachments = Collection(
+            "volumeattachments",
+            apis.storage.list_volume_attachment,
+            transform=with_kind("VolumeAttachment"),
+            on_change=self.attachments_by_pv.change,
+        )
+        #: whether a field-selector LIST of pods of all namespaces is allowed (None: unknown)
+        self.node_pods_listable: bool | None = None
+
+    def namespace(self, namespace: str) -> NamespaceWatches:
+        """The watches of ``namespace`` (created on first use)."""
+        watches = self.namespaces.get(namespace)
+        if watches is None:
+            watches = self.namespaces[namespace] = NamespaceWatches(self, namespace)
+        return watches
+
+    def slim(self, pod: Obj) -> JsonDict:
+        return slim_pod(pod, self.shared)
+
+    def pods_changed(self, old: JsonDict | None, new: JsonDict | None) -> None:
+        self.by_claim.change(old, new)
+        self.by_node.change(old, new)
+
+    def collections(self) -> list[Collection]:
+        """The cluster-wide collections (each one LIST and one WATCH at a time)."""
+        return [self.all_pods, self.all_pvcs, self.nodes, self.pvs, self.attachments]
+
+    def usable_in(self, loop: asyncio.AbstractEventLoop) -> bool:
+        return self._loop is loop and not self.closed
+
+    def start(self) -> None:
+        """Start the watches (idempotent; the first check calls it)."""
+        if self._started:
+            return
+        self._started = True
+        for collection in self.collections():
+            collection.start()
+
+    def set_stale_after(self, seconds: float) -> None:
+        for collection in self.collections():
+            collection.stale_after = seconds
+        for watches in self.namespaces.values():
+            for collection in (watches.own_pods, watches.own_pvcs):
+                collection.stale_after = seconds
+
+    def _namespace_pods_only(self) -> None:
+        """Pods of all namespaces may not be listed or watched: each namespace watches its own."""
+        if not self.closed:
+            for watches in self.namespaces.values():
+                watches.own_pods.start()
+
+    def _namespace_claims_only(self) -> None:
+        if not self.closed:
+            for watches in self.namespaces.values():
+                watches.own_pvcs.start()
+
+    async def stop(self) -> None:
+        self.closed = True
+        for collection in self.collections():
+            await collection.stop()
+        for watches in list(self.namespaces.values()):
+            await watches.stop()

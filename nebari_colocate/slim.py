@@ -1,0 +1,113 @@
+"""What the readers keep of a pod and of a node: the fields a decision, a message or a report
+reads, and one copy of equal sub-objects across pods (a profile's containers and tolerations, a
+user's volumes), so a hub watching 10,000 pods stays small.  (pure)
+
+The watches (:mod:`nebari_colocate.informer`) keep every object so; the direct reads
+(:mod:`nebari_colocate.view`) slim the pods they list.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from .objects import JsonDict, Obj
+
+_T = TypeVar("_T")
+
+
+class Shared:
+    """Keeps one copy of equal sub-objects of pods (a profile's containers and tolerations, a
+    user's volumes): thousands of pods of a few profiles then cost little memory.  The objects
+    are never changed after they are stored (the view and ClusterState only read them)."""
+
+    def __init__(self, limit: int = 20000) -> None:
+        self._limit = limit
+        self._cache: dict[str, Any] = {}
+
+    def __call__(self, value: _T) -> _T:
+        if not value:
+            return value
+        key = json.dumps(value, sort_keys=True, separators=(",", ":"))
+        found: _T | None = self._cache.get(key)
+        if found is None:
+            if len(self._cache) >= self._limit:
+                self._cache.clear()
+            found = self._cache[key] = value
+        return found
+
+
+def _slim_container(container: Obj) -> JsonDict:
+    kept = {"name": container.get("name")}
+    for key in ("resources", "restartPolicy"):
+        if key in container:
+            kept[key] = container[key]
+    return kept
+
+
+#: spec fields a decision reads, and whether equal values are kept once (``Shared``)
+_SPEC_KEPT = (
+    ("nodeName", False),
+    ("nodeSelector", True),
+    ("tolerations", True),
+    ("affinity", True),
+    ("overhead", True),
+    ("resources", True),
+    ("runtimeClassName", False),
+    ("priority", False),
+    ("schedulerName", False),
+)
+_META_KEPT = (
+    ("name", False),
+    ("namespace", False),
+    ("labels", True),
+    ("annotations", True),
+    ("deletionTimestamp", False),
+    ("resourceVersion", False),
+)
+
+
+def _no_share(value: _T) -> _T:
+    return value
+
+
+def slim_pod(pod: Obj, share: Callable[[Any], Any] = _no_share) -> JsonDict:
+    """The fields of a pod a decision, a message or a report reads: who owns it, where it is
+    bound, its claims, what it requests and how it selects nodes, and its phase.  (pure)
+
+    ``share`` (a :class:`Shared`) keeps equal sub-objects once across pods.
+    """
+    meta = pod.get("metadata") or {}
+    spec = pod.get("spec") or {}
+    slim_spec = {k: (share(spec[k]) if s else spec[k]) for k, s in _SPEC_KEPT if k in spec}
+    if isinstance(slim_spec.get("nodeName"), str):
+        slim_spec["nodeName"] = sys.intern(slim_spec["nodeName"])
+    volumes = [v for v in spec.get("volumes") or [] if "persistentVolumeClaim" in v]
+    if volumes:
+        slim_spec["volumes"] = share(volumes)
+    for key in ("containers", "initContainers"):
+        if spec.get(key):
+            slim_spec[key] = share([_slim_container(c) for c in spec[key]])
+    phase = (pod.get("status") or {}).get("phase")
+    slim_meta = {k: (share(meta[k]) if s else meta[k]) for k, s in _META_KEPT if k in meta}
+    return {
+        "kind": "Pod",
+        "metadata": slim_meta,
+        "spec": slim_spec,
+        "status": share({"phase": phase} if phase else {}),
+    }
+
+
+def slim_node(node: Obj) -> JsonDict:
+    """The fields of a Node the fit check and the reports read: name, labels, taints, cordon,
+    allocatable.  (pure)"""
+    meta = node.get("metadata") or {}
+    spec = node.get("spec") or {}
+    return {
+        "kind": "Node",
+        "metadata": {k: meta[k] for k in ("name", "labels", "resourceVersion") if k in meta},
+        "spec": {k: spec[k] for k in ("unschedulable", "taints") if k in spec},
+        "status": {"allocatable": (node.get("status") or {}).get("allocatable") or {}},
+    }
