@@ -615,9 +615,9 @@ async def _live(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(result))
     elif args.command == "explain":
-        print(report.render_explain(result))
+        print(messages.render_explain(result))
     else:
-        print(report.render_audit(result))
+        print(messages.render_audit(result))
     return 0
 
 
