@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from . import __version__, messages, migrate, report, validate, view
+from . import __version__, dumps, messages, migrate, report, view
 from .config import (
     ACCESS_MODES,
     DEFAULT_ACCESS_MODE,
@@ -35,20 +35,13 @@ from .objects import (
     JsonDict,
     Obj,
     labels_of,
-    meta,
     pod_claims,
     pod_server,
     pod_user,
     spec,
 )
 from .placement import Policy, decide
-from .state import (
-    ClusterState,
-    StateError,
-    checked_objects,
-    read_by_decision,
-    read_yaml,
-)
+from .state import ClusterState, StateError
 
 
 class UsageError(Exception):
@@ -210,25 +203,6 @@ def _live_options(
     parser.add_argument("--json", action="store_true", help="print one JSON object")
 
 
-def load_pod(path: str) -> JsonDict:
-    """The one Pod of a manifest file, validated as the API would (invalid input whatever the
-    verdict, not only when a fit check happens to read the bad field)."""
-    objects = read_yaml(path)
-    pods = [o for o in objects if o.get("kind", "Pod") == "Pod"]
-    if len(pods) != 1:
-        raise StateError(f"{path}: expected exactly one Pod, found {len(pods)}")
-    pod = pods[0]
-    if not isinstance(pod.get("spec"), dict):
-        raise StateError(f"{path}: the Pod has no spec")
-    try:
-        validate.check_pod(pod, name_required=False)
-    except validate.InvalidObject as exc:
-        raise StateError(f"{path}: {exc}") from None
-    return pod
-
-
-#: where ``simulate`` took the namespace it judges the pod in (JSON ``namespace_from``)
-NAMESPACE_FROM_POD, NAMESPACE_FROM_DUMP, NAMESPACE_ASSUMED = "pod", "dump", "assumed"
 #: ``simulate``'s own warning codes (beside the decision's; extend, never rename): the manifest
 #: names no namespace and the dump does not tell one; claims of the pod the dump does not have
 #: in the namespace judged (judged by --storage-access-mode), when the manifest named none
@@ -236,62 +210,14 @@ NAMESPACE_ASSUMED_WARNING = "namespace-assumed"
 CLAIM_NOT_FOUND_WARNING = "claim-not-found"
 
 
-def simulated_namespace(pod: Obj, objects: Iterable[Obj]) -> tuple[str, str]:
-    """(namespace, where it came from) for judging ``pod``: its own ``metadata.namespace``
-    (KubeSpawner's manifest has none); else the one namespace of the dump that has the pod's
-    claims, else of the pods that mount them, else of every pod and claim; else ``default``,
-    assumed (none, or more than one)."""
-    own = meta(pod).get("namespace")
-    if own:
-        return own, NAMESPACE_FROM_POD
-    claims = set(pod_claims(pod))
-    namespaced = [
-        o for o in objects if o.get("kind") in ("Pod", "PersistentVolumeClaim") and meta(o)
-    ]
-    with_claims = {
-        meta(o).get("namespace") or "default"
-        for o in namespaced
-        if o.get("kind") == "PersistentVolumeClaim" and meta(o).get("name") in claims
-    }
-    if not with_claims:  # no claim of the pod in the dump: the pods that mount them, if any
-        with_claims = {
-            meta(o).get("namespace") or "default"
-            for o in namespaced
-            if o.get("kind") == "Pod" and claims.intersection(pod_claims(o))
-        }
-    if not with_claims:
-        with_claims = {meta(o).get("namespace") or "default" for o in namespaced}
-    if len(with_claims) == 1:
-        return next(iter(with_claims)), NAMESPACE_FROM_DUMP
-    return "default", NAMESPACE_ASSUMED
-
-
 def simulate(args: argparse.Namespace) -> int:
-    pod = load_pod(args.pod)
-    raw = read_yaml(args.state)
-    # structure first (every quantity counted, none refused), so the namespace can be found;
-    # then refuse what the decision itself reads in that namespace
-    namespace, namespace_from = simulated_namespace(
-        pod, checked_objects(raw, args.state, read=lambda _obj: False, saturated=[])
-    )
-    pod.setdefault("metadata", {})["namespace"] = namespace
-    notes: list[str] = []
-    objects = checked_objects(
-        raw, args.state, read=read_by_decision(pod, namespace), saturated=notes
-    )
-    runtime_classes = {
-        meta(o).get("name", ""): o for o in objects if o.get("kind") == "RuntimeClass"
-    }
-    try:
-        pod, no_runtime_class = validate.admit_runtime_class(pod, runtime_classes)
-    except validate.InvalidObject as exc:
-        raise StateError(f"{args.pod} with {args.state}: {exc}") from None
-    if no_runtime_class:
-        notes.append(f"{args.pod}: {no_runtime_class}")
+    simulation = dumps.read_simulation(args.state, args.pod)
+    pod, namespace, notes = simulation.pod, simulation.namespace, simulation.notes
+    namespace_from = simulation.namespace_from
     for note in notes:
         print(f"warning: {note}", file=sys.stderr)
     state = ClusterState.from_objects(
-        objects, namespace=namespace, node_access=not args.no_node_access
+        simulation.objects, namespace=namespace, node_access=not args.no_node_access
     )
     policy = Policy(
         storage_access_mode=args.storage_access_mode,
@@ -308,9 +234,9 @@ def simulate(args: argparse.Namespace) -> int:
     )
     missing = [c for c in pod_claims(pod) if state.pvc(namespace, c) is None]
     warnings = []
-    if namespace_from == NAMESPACE_ASSUMED:
+    if namespace_from == dumps.NAMESPACE_ASSUMED:
         warnings.append(NAMESPACE_ASSUMED_WARNING)
-    if namespace_from != NAMESPACE_FROM_POD and missing:
+    if namespace_from != dumps.NAMESPACE_FROM_POD and missing:
         warnings.append(CLAIM_NOT_FOUND_WARNING)
     if args.json:
         result = decision.as_json(text)
@@ -493,7 +419,7 @@ def _judged_pod(
 ) -> tuple[JsonDict, str, str]:
     """(pod, server name, source) for the server ``explain`` judges."""
     if args.pod:
-        pod = load_pod(args.pod)
+        pod = dumps.read_pod(args.pod)
         meta = pod.setdefault("metadata", {})
         annotations = meta.get("annotations") or {}
         server = (
@@ -596,7 +522,7 @@ async def _live(args: argparse.Namespace) -> int:
     import aiohttp
 
     if args.command == "explain" and args.pod:
-        load_pod(args.pod)  # bad input fails before anything is asked of a cluster
+        dumps.read_pod(args.pod)  # bad input fails before anything is asked of a cluster
     conn = await connect(args.kubeconfig, args.context)
     work = _explain if args.command == "explain" else _audit
     try:
