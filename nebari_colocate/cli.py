@@ -268,12 +268,6 @@ def simulate(args: argparse.Namespace) -> int:
 #: where Kubernetes mounts a pod's service account (used when no kubeconfig exists)
 SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 
-_RBAC_HINT = "examples/rbac.yaml grants it"
-_ROLE_HINT = (
-    "explain and audit need get and list on pods and persistentvolumeclaims in the hub's "
-    "namespace, which zero-to-jupyterhub's hub Role grants"
-)
-
 
 def _one_line(exc: BaseException) -> str:
     text = " ".join(str(exc).split()) or type(exc).__name__
@@ -347,36 +341,16 @@ async def connect(
     return Connection(client.ApiClient(configuration), namespace, configuration.host, source)
 
 
-def _api_error(exc: BaseException, what: str, hint: str = _ROLE_HINT) -> ClusterError:
+def _api_error(exc: BaseException, what: str, hint: str = messages.ROLE_HINT) -> ClusterError:
     status = getattr(exc, "status", None)
-    if status == 403:
-        return ClusterError(f"forbidden (403) to {what} with these credentials: {hint}")
-    if status == 401:
-        return ClusterError(f"the API server rejected the credentials (401) to {what}")
     reason = getattr(exc, "reason", None) or _one_line(exc)
-    return ClusterError(f"the API server answered {status} {reason} to {what}")
+    return ClusterError(messages.api_refused(status, what, reason=reason, hint=hint))
 
 
 def _empty_namespace_note(state: ClusterState) -> list[str]:
     if not state.namespace_pods() and not state.claims_of():
-        return [
-            f"namespace {state.namespace} has no pods and no claims: is it the hub's "
-            "namespace? (--namespace)"
-        ]
+        return [messages.empty_namespace_note(state.namespace)]
     return []
-
-
-_NODES_COST_EXPLAIN = (
-    "no node headroom, and the new server's fit is inferred from the specs of the servers "
-    "holding its volumes, as the spawner does"
-)
-_NODES_COST_AUDIT = (
-    "a node counts as premium only when a pod of this namespace there requests a premium "
-    "resource, so a server left alone on a GPU node is not found"
-)
-_NODE_PODS_COST = "node headroom counts this namespace's pods only"
-_ATTACHMENTS_COST = "a volume still attached to a node after its last server stopped is not seen"
-_PVS_COST = "a volume's node affinity is not checked"
 
 
 def _denied_notes(denied: Iterable[tuple[str, str]], nodes_cost: str) -> list[str]:
@@ -384,14 +358,11 @@ def _denied_notes(denied: Iterable[tuple[str, str]], nodes_cost: str) -> list[st
     costs = {
         view.NODES_GET: nodes_cost,
         view.NODES_LIST: nodes_cost,
-        view.ATTACHMENTS_LIST: _ATTACHMENTS_COST,
-        view.ALL_PODS_LIST: _NODE_PODS_COST,
-        view.PVS_GET: _PVS_COST,
+        view.ATTACHMENTS_LIST: messages.ATTACHMENTS_COST,
+        view.ALL_PODS_LIST: messages.NODE_PODS_COST,
+        view.PVS_GET: messages.PVS_COST,
     }
-    return [
-        f"cannot {verb} {what} (403 Forbidden): {costs.get((verb, what), 'not read')}; {_RBAC_HINT}"
-        for verb, what in denied
-    ]
+    return [messages.denied_read_note(verb, what, costs.get((verb, what))) for verb, what in denied]
 
 
 async def _read_namespace(reader: view.DirectReader) -> None:
@@ -473,7 +444,10 @@ async def _explain(conn: Connection, args: argparse.Namespace) -> JsonDict:
     except (ValueError, TypeError, AttributeError, KeyError) as exc:
         where = f"namespace {namespace}" + (f" or {args.pod}" if args.pod else "")
         raise StateError(f"malformed object in {where}: {exc}") from None
-    notes = [*_empty_namespace_note(state), *_denied_notes(reader.denied, _NODES_COST_EXPLAIN)]
+    notes = [
+        *_empty_namespace_note(state),
+        *_denied_notes(reader.denied, messages.NODES_COST_EXPLAIN),
+    ]
     state = state.replace(notes=notes)
     try:
         return report.explain_report(
@@ -504,7 +478,10 @@ async def _audit(conn: Connection, args: argparse.Namespace) -> JsonDict:
         if getattr(exc, "status", None) is None:
             raise
         raise _api_error(exc, "read nodes and volume attachments") from None
-    notes = [*_empty_namespace_note(state), *_denied_notes(reader.denied, _NODES_COST_AUDIT)]
+    notes = [
+        *_empty_namespace_note(state),
+        *_denied_notes(reader.denied, messages.NODES_COST_AUDIT),
+    ]
     state = state.replace(notes=notes)
     policy = Policy(
         storage_access_mode=args.storage_access_mode or DEFAULT_ACCESS_MODE,
@@ -528,13 +505,10 @@ async def _live(args: argparse.Namespace) -> int:
     try:
         result = await asyncio.wait_for(work(conn, args), timeout=args.timeout)
     except asyncio.TimeoutError:
-        raise ClusterError(
-            f"no answer from the Kubernetes API at {conn.server} within {args.timeout:g} s "
-            "(--timeout)"
-        ) from None
+        raise ClusterError(messages.api_no_answer(conn.server, args.timeout)) from None
     except (aiohttp.ClientError, OSError) as exc:
         raise ClusterError(
-            f"cannot reach the Kubernetes API at {conn.server} ({conn.source}): {_one_line(exc)}"
+            messages.api_unreachable(conn.server, conn.source, _one_line(exc))
         ) from None
     finally:
         await conn.api_client.close()
@@ -665,11 +639,11 @@ async def _migrate(args: argparse.Namespace) -> int:
     import aiohttp
 
     if args.migrate_command == "apply" and not args.users and not args.all:
-        raise UsageError("migrate apply: name the users to move, or pass --all")
+        raise UsageError(messages.MIGRATE_APPLY_WHOM)
     if args.migrate_command == "apply" and args.users and args.all:
-        raise UsageError("migrate apply: name users or pass --all, not both")
+        raise UsageError(messages.MIGRATE_APPLY_NOT_BOTH)
     if args.migrate_command == "rollback" and not args.users:
-        raise UsageError("migrate rollback: name the users to roll back")
+        raise UsageError(messages.MIGRATE_ROLLBACK_WHOM)
     conn = await connect(args.kubeconfig, args.context)
     namespace = args.namespace or conn.namespace or "default"
     storage_class = getattr(args, "storage_class", None) or migrate.hub_storage_class()
@@ -688,11 +662,13 @@ async def _migrate(args: argparse.Namespace) -> int:
         raise ClusterError(str(exc)) from None
     except (aiohttp.ClientError, OSError) as exc:
         raise ClusterError(
-            f"cannot reach the Kubernetes API at {conn.server} ({conn.source}): {_one_line(exc)}"
+            messages.api_unreachable(conn.server, conn.source, _one_line(exc))
         ) from None
     except Exception as exc:
         if getattr(exc, "status", None) is not None:
-            raise _api_error(exc, f"migrate {args.migrate_command}", MIGRATE_RBAC_HINT) from None
+            raise _api_error(
+                exc, f"migrate {args.migrate_command}", messages.MIGRATE_RBAC_HINT
+            ) from None
         raise
     finally:
         await conn.api_client.close()
@@ -705,11 +681,6 @@ async def _migrate(args: argparse.Namespace) -> int:
     else:
         print(messages.render_migrate_results(result["results"], result.get("dry_run", False)))
     return status
-
-
-MIGRATE_RBAC_HINT = (
-    "docs/migrate.md lists the permissions migrate needs (examples/rbac-migrate.yaml)"
-)
 
 
 async def _migrate_run(

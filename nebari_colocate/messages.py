@@ -1108,6 +1108,21 @@ MIGRATE_OUTCOMES = {
     "or whose process on this host has ended, is taken over by the next run)",
 }
 
+#: why a storage class cannot hold ReadWriteMany homes (``migrate.CLASS_PROBLEMS``)
+STORAGE_CLASS_PROBLEMS = {
+    "missing": "storage class {name!r} does not exist",
+    "rwo-only": "storage class {name!r} is provisioned by {provisioner}, which offers no "
+    "ReadWriteMany file system volumes",
+    "no-volume": "storage class {name!r} has no provisioner and no Available ReadWriteMany volume",
+}
+
+
+def storage_class_problem(code: str, name: str, provisioner: str = "") -> str:
+    """Why storage class ``name`` cannot hold the moved homes, in one line."""
+    template = STORAGE_CLASS_PROBLEMS.get(code, "storage class {name!r}: {code}")
+    return template.format(name=name, provisioner=provisioner, code=code)
+
+
 #: how a stale lease was found when a run took it over (``migrate.lease_state``)
 LEASE_TAKEN_OVER = {
     "gone": "its process on this host has ended",
@@ -1507,6 +1522,73 @@ def render_audit(report: Obj) -> str:
         lines += ["", "Notes"]
         lines += [f"  - {n}" for n in report["notes"]]
     return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------------------------------
+# the nebari-colocate command: its errors, notes and hints (cli.py raises and prints them)
+
+#: which file grants a read these credentials were refused
+RBAC_HINT = "examples/rbac.yaml grants it"
+#: what explain and audit need at the least
+ROLE_HINT = (
+    "explain and audit need get and list on pods and persistentvolumeclaims in the hub's "
+    "namespace, which zero-to-jupyterhub's hub Role grants"
+)
+#: what migrate needs
+MIGRATE_RBAC_HINT = (
+    "docs/migrate.md lists the permissions migrate needs (examples/rbac-migrate.yaml)"
+)
+
+#: what a read the credentials were refused costs the report (``view.DirectReader.denied``)
+NODES_COST_EXPLAIN = (
+    "no node headroom, and the new server's fit is inferred from the specs of the servers "
+    "holding its volumes, as the spawner does"
+)
+NODES_COST_AUDIT = (
+    "a node counts as premium only when a pod of this namespace there requests a premium "
+    "resource, so a server left alone on a GPU node is not found"
+)
+NODE_PODS_COST = "node headroom counts this namespace's pods only"
+ATTACHMENTS_COST = "a volume still attached to a node after its last server stopped is not seen"
+PVS_COST = "a volume's node affinity is not checked"
+
+#: migrate called without the users it needs, or with both users and --all
+MIGRATE_APPLY_WHOM = "migrate apply: name the users to move, or pass --all"
+MIGRATE_APPLY_NOT_BOTH = "migrate apply: name users or pass --all, not both"
+MIGRATE_ROLLBACK_WHOM = "migrate rollback: name the users to roll back"
+
+
+def denied_read_note(verb: str, what: str, cost: str | None) -> str:
+    """The note of a read the credentials were refused: what it costs (``cost``, one of the
+    ``*_COST`` sentences; None: unknown) and which file grants it."""
+    return f"cannot {verb} {what} (403 Forbidden): {cost or 'not read'}; {RBAC_HINT}"
+
+
+def empty_namespace_note(namespace: str) -> str:
+    """The note of a namespace without pods or claims (likely not the hub's)."""
+    return (
+        f"namespace {namespace} has no pods and no claims: is it the hub's namespace? (--namespace)"
+    )
+
+
+def api_refused(status: object, what: str, *, reason: str = "", hint: str = ROLE_HINT) -> str:
+    """The API server answered ``status`` to ``what`` the command asked: forbidden (with
+    ``hint``, the permissions needed), the credentials rejected, or anything else."""
+    if status == 403:
+        return f"forbidden (403) to {what} with these credentials: {hint}"
+    if status == 401:
+        return f"the API server rejected the credentials (401) to {what}"
+    return f"the API server answered {status} {reason} to {what}"
+
+
+def api_unreachable(server: str, source: str, error: str) -> str:
+    """The command could not reach the API server at ``server`` (from ``source``)."""
+    return f"cannot reach the Kubernetes API at {server} ({source}): {error}"
+
+
+def api_no_answer(server: str, timeout: float) -> str:
+    """The API server did not answer within ``--timeout``."""
+    return f"no answer from the Kubernetes API at {server} within {timeout:g} s (--timeout)"
 
 
 # --------------------------------------------------------------------------------------------------

@@ -1037,3 +1037,17 @@ def test_holder_facts_name_the_users_own_and_count_everything_else():
     decision = Decision(REFUSE, node="cpu-1", reasons=["taint"], holder_pods=holders)
     facts = messages.holder_facts(decision, "alice", "alice")
     assert facts == messages.HolderFacts(["", "app"], ["alice-dask-worker"], 1, 1)
+
+
+def test_every_node_state_has_words_as_a_reason_and_as_a_scheduler_fragment():
+    states = set(fit.NODE_STATE_TAINTS.values())  # every state a node's taints tell
+    assert set(messages._NODE_STATE_WORDS) == states
+    assert set(messages._NODE_STATE_FRAGMENT_WORDS) == states
+
+
+def test_every_karpenter_cause_and_pull_cause_has_words():
+    karpenter = {v for k, v in vars(events).items() if k.startswith("KARPENTER_")}
+    causes = {code for _, code in events._KARPENTER_CAUSES}
+    assert causes <= karpenter
+    assert {code for code, _ in messages._KARPENTER_CAUSE_WORDS} == causes
+    assert set(messages._PULL_WORDS) == {events.PULL_NOT_FOUND, events.PULL_DENIED}
