@@ -273,8 +273,7 @@ def server_names(pods: Iterable[Obj]) -> list[str]:
     for pod in pods:
         annotations = _annotations(pod)
         if USERNAME_ANNOTATION in annotations:
-            server = annotations.get(SERVERNAME_ANNOTATION, "")
-            names.append(server or "(default)")
+            names.append(messages.server_display(annotations.get(SERVERNAME_ANNOTATION, "")))
         else:
             names.append(f"pod {_meta(pod).get('name', '')}")
     return names
