@@ -17,7 +17,7 @@ import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import NoReturn
 
-from . import __version__, kubeapi, messages, migrate, report, validate, view
+from . import __version__, dumps, kubeapi, messages, migrate, report, view
 from .config import (
     ACCESS_MODES,
     DEFAULT_ACCESS_MODE,
@@ -33,20 +33,13 @@ from .objects import (
     JsonDict,
     Obj,
     labels_of,
-    meta,
     pod_claims,
     pod_server,
     pod_user,
     spec,
 )
 from .placement import Policy, decide
-from .state import (
-    ClusterState,
-    StateError,
-    checked_objects,
-    read_by_decision,
-    read_yaml,
-)
+from .state import ClusterState, StateError
 
 
 class UsageError(Exception):
@@ -208,25 +201,6 @@ def _live_options(
     parser.add_argument("--json", action="store_true", help="print one JSON object")
 
 
-def load_pod(path: str) -> JsonDict:
-    """The one Pod of a manifest file, validated as the API would (invalid input whatever the
-    verdict, not only when a fit check happens to read the bad field)."""
-    objects = read_yaml(path)
-    pods = [o for o in objects if o.get("kind", "Pod") == "Pod"]
-    if len(pods) != 1:
-        raise StateError(f"{path}: expected exactly one Pod, found {len(pods)}")
-    pod = pods[0]
-    if not isinstance(pod.get("spec"), dict):
-        raise StateError(f"{path}: the Pod has no spec")
-    try:
-        validate.check_pod(pod, name_required=False)
-    except validate.InvalidObject as exc:
-        raise StateError(f"{path}: {exc}") from None
-    return pod
-
-
-#: where ``simulate`` took the namespace it judges the pod in (JSON ``namespace_from``)
-NAMESPACE_FROM_POD, NAMESPACE_FROM_DUMP, NAMESPACE_ASSUMED = "pod", "dump", "assumed"
 #: ``simulate``'s own warning codes (beside the decision's; extend, never rename): the manifest
 #: names no namespace and the dump does not tell one; claims of the pod the dump does not have
 #: in the namespace judged (judged by --storage-access-mode), when the manifest named none
@@ -234,62 +208,14 @@ NAMESPACE_ASSUMED_WARNING = "namespace-assumed"
 CLAIM_NOT_FOUND_WARNING = "claim-not-found"
 
 
-def simulated_namespace(pod: Obj, objects: Iterable[Obj]) -> tuple[str, str]:
-    """(namespace, where it came from) for judging ``pod``: its own ``metadata.namespace``
-    (KubeSpawner's manifest has none); else the one namespace of the dump that has the pod's
-    claims, else of the pods that mount them, else of every pod and claim; else ``default``,
-    assumed (none, or more than one)."""
-    own = meta(pod).get("namespace")
-    if own:
-        return own, NAMESPACE_FROM_POD
-    claims = set(pod_claims(pod))
-    namespaced = [
-        o for o in objects if o.get("kind") in ("Pod", "PersistentVolumeClaim") and meta(o)
-    ]
-    with_claims = {
-        meta(o).get("namespace") or "default"
-        for o in namespaced
-        if o.get("kind") == "PersistentVolumeClaim" and meta(o).get("name") in claims
-    }
-    if not with_claims:  # no claim of the pod in the dump: the pods that mount them, if any
-        with_claims = {
-            meta(o).get("namespace") or "default"
-            for o in namespaced
-            if o.get("kind") == "Pod" and claims.intersection(pod_claims(o))
-        }
-    if not with_claims:
-        with_claims = {meta(o).get("namespace") or "default" for o in namespaced}
-    if len(with_claims) == 1:
-        return next(iter(with_claims)), NAMESPACE_FROM_DUMP
-    return "default", NAMESPACE_ASSUMED
-
-
 def simulate(args: argparse.Namespace) -> int:
-    pod = load_pod(args.pod)
-    raw = read_yaml(args.state)
-    # structure first (every quantity counted, none refused), so the namespace can be found;
-    # then refuse what the decision itself reads in that namespace
-    namespace, namespace_from = simulated_namespace(
-        pod, checked_objects(raw, args.state, read=lambda _obj: False, saturated=[])
-    )
-    pod.setdefault("metadata", {})["namespace"] = namespace
-    notes: list[str] = []
-    objects = checked_objects(
-        raw, args.state, read=read_by_decision(pod, namespace), saturated=notes
-    )
-    runtime_classes = {
-        meta(o).get("name", ""): o for o in objects if o.get("kind") == "RuntimeClass"
-    }
-    try:
-        pod, no_runtime_class = validate.admit_runtime_class(pod, runtime_classes)
-    except validate.InvalidObject as exc:
-        raise StateError(f"{args.pod} with {args.state}: {exc}") from None
-    if no_runtime_class:
-        notes.append(f"{args.pod}: {no_runtime_class}")
+    simulation = dumps.read_simulation(args.state, args.pod)
+    pod, namespace, notes = simulation.pod, simulation.namespace, simulation.notes
+    namespace_from = simulation.namespace_from
     for note in notes:
         print(f"warning: {note}", file=sys.stderr)
     state = ClusterState.from_objects(
-        objects, namespace=namespace, node_access=not args.no_node_access
+        simulation.objects, namespace=namespace, node_access=not args.no_node_access
     )
     policy = Policy(
         storage_access_mode=args.storage_access_mode,
@@ -306,9 +232,9 @@ def simulate(args: argparse.Namespace) -> int:
     )
     missing = [c for c in pod_claims(pod) if state.pvc(namespace, c) is None]
     warnings = []
-    if namespace_from == NAMESPACE_ASSUMED:
+    if namespace_from == dumps.NAMESPACE_ASSUMED:
         warnings.append(NAMESPACE_ASSUMED_WARNING)
-    if namespace_from != NAMESPACE_FROM_POD and missing:
+    if namespace_from != dumps.NAMESPACE_FROM_POD and missing:
         warnings.append(CLAIM_NOT_FOUND_WARNING)
     if args.json:
         result = decision.as_json(text)
@@ -335,13 +261,6 @@ def simulate(args: argparse.Namespace) -> int:
 
 # --------------------------------------------------------------------------------------------------
 # the live cluster: connection
-
-
-_RBAC_HINT = "examples/rbac.yaml grants it"
-_ROLE_HINT = (
-    "explain and audit need get and list on pods and persistentvolumeclaims in the hub's "
-    "namespace, which zero-to-jupyterhub's hub Role grants"
-)
 
 
 def _one_line(exc: BaseException) -> str:
@@ -371,36 +290,16 @@ async def connect(kubeconfig: str | None, context: str | None) -> kubeapi.Connec
         ) from None
 
 
-def _api_error(exc: BaseException, what: str, hint: str = _ROLE_HINT) -> ClusterError:
+def _api_error(exc: BaseException, what: str, hint: str = messages.ROLE_HINT) -> ClusterError:
     status = getattr(exc, "status", None)
-    if status == 403:
-        return ClusterError(f"forbidden (403) to {what} with these credentials: {hint}")
-    if status == 401:
-        return ClusterError(f"the API server rejected the credentials (401) to {what}")
     reason = getattr(exc, "reason", None) or _one_line(exc)
-    return ClusterError(f"the API server answered {status} {reason} to {what}")
+    return ClusterError(messages.api_refused(status, what, reason=reason, hint=hint))
 
 
 def _empty_namespace_note(state: ClusterState) -> list[str]:
     if not state.namespace_pods() and not state.claims_of():
-        return [
-            f"namespace {state.namespace} has no pods and no claims: is it the hub's "
-            "namespace? (--namespace)"
-        ]
+        return [messages.empty_namespace_note(state.namespace)]
     return []
-
-
-_NODES_COST_EXPLAIN = (
-    "no node headroom, and the new server's fit is inferred from the specs of the servers "
-    "holding its volumes, as the spawner does"
-)
-_NODES_COST_AUDIT = (
-    "a node counts as premium only when a pod of this namespace there requests a premium "
-    "resource, so a server left alone on a GPU node is not found"
-)
-_NODE_PODS_COST = "node headroom counts this namespace's pods only"
-_ATTACHMENTS_COST = "a volume still attached to a node after its last server stopped is not seen"
-_PVS_COST = "a volume's node affinity is not checked"
 
 
 def _denied_notes(denied: Iterable[tuple[str, str]], nodes_cost: str) -> list[str]:
@@ -408,14 +307,11 @@ def _denied_notes(denied: Iterable[tuple[str, str]], nodes_cost: str) -> list[st
     costs = {
         view.NODES_GET: nodes_cost,
         view.NODES_LIST: nodes_cost,
-        view.ATTACHMENTS_LIST: _ATTACHMENTS_COST,
-        view.ALL_PODS_LIST: _NODE_PODS_COST,
-        view.PVS_GET: _PVS_COST,
+        view.ATTACHMENTS_LIST: messages.ATTACHMENTS_COST,
+        view.ALL_PODS_LIST: messages.NODE_PODS_COST,
+        view.PVS_GET: messages.PVS_COST,
     }
-    return [
-        f"cannot {verb} {what} (403 Forbidden): {costs.get((verb, what), 'not read')}; {_RBAC_HINT}"
-        for verb, what in denied
-    ]
+    return [messages.denied_read_note(verb, what, costs.get((verb, what))) for verb, what in denied]
 
 
 async def _read_namespace(reader: view.DirectReader) -> None:
@@ -443,7 +339,7 @@ def _judged_pod(
 ) -> tuple[JsonDict, str, str]:
     """(pod, server name, source) for the server ``explain`` judges."""
     if args.pod:
-        pod = load_pod(args.pod)
+        pod = dumps.read_pod(args.pod)
         meta = pod.setdefault("metadata", {})
         annotations = meta.get("annotations") or {}
         server = (
@@ -497,7 +393,10 @@ async def _explain(conn: kubeapi.Connection, args: argparse.Namespace) -> JsonDi
     except (ValueError, TypeError, AttributeError, KeyError) as exc:
         where = f"namespace {namespace}" + (f" or {args.pod}" if args.pod else "")
         raise StateError(f"malformed object in {where}: {exc}") from None
-    notes = [*_empty_namespace_note(state), *_denied_notes(reader.denied, _NODES_COST_EXPLAIN)]
+    notes = [
+        *_empty_namespace_note(state),
+        *_denied_notes(reader.denied, messages.NODES_COST_EXPLAIN),
+    ]
     state = state.replace(notes=notes)
     try:
         return report.explain_report(
@@ -528,7 +427,10 @@ async def _audit(conn: kubeapi.Connection, args: argparse.Namespace) -> JsonDict
         if kubeapi.status_of(exc) is None:
             raise
         raise _api_error(exc, "read nodes and volume attachments") from None
-    notes = [*_empty_namespace_note(state), *_denied_notes(reader.denied, _NODES_COST_AUDIT)]
+    notes = [
+        *_empty_namespace_note(state),
+        *_denied_notes(reader.denied, messages.NODES_COST_AUDIT),
+    ]
     state = state.replace(notes=notes)
     policy = Policy(
         storage_access_mode=args.storage_access_mode or DEFAULT_ACCESS_MODE,
@@ -546,28 +448,25 @@ async def _live(args: argparse.Namespace) -> int:
     import aiohttp
 
     if args.command == "explain" and args.pod:
-        load_pod(args.pod)  # bad input fails before anything is asked of a cluster
+        dumps.read_pod(args.pod)  # bad input fails before anything is asked of a cluster
     conn = await connect(args.kubeconfig, args.context)
     work = _explain if args.command == "explain" else _audit
     try:
         result = await asyncio.wait_for(work(conn, args), timeout=args.timeout)
     except asyncio.TimeoutError:
-        raise ClusterError(
-            f"no answer from the Kubernetes API at {conn.server} within {args.timeout:g} s "
-            "(--timeout)"
-        ) from None
+        raise ClusterError(messages.api_no_answer(conn.server, args.timeout)) from None
     except (aiohttp.ClientError, OSError) as exc:
         raise ClusterError(
-            f"cannot reach the Kubernetes API at {conn.server} ({conn.source}): {_one_line(exc)}"
+            messages.api_unreachable(conn.server, conn.source, _one_line(exc))
         ) from None
     finally:
         await conn.api_client.close()
     if args.json:
         print(json.dumps(result))
     elif args.command == "explain":
-        print(report.render_explain(result))
+        print(messages.render_explain(result))
     else:
-        print(report.render_audit(result))
+        print(messages.render_audit(result))
     return 0
 
 
@@ -689,11 +588,11 @@ async def _migrate(args: argparse.Namespace) -> int:
     import aiohttp
 
     if args.migrate_command == "apply" and not args.users and not args.all:
-        raise UsageError("migrate apply: name the users to move, or pass --all")
+        raise UsageError(messages.MIGRATE_APPLY_WHOM)
     if args.migrate_command == "apply" and args.users and args.all:
-        raise UsageError("migrate apply: name users or pass --all, not both")
+        raise UsageError(messages.MIGRATE_APPLY_NOT_BOTH)
     if args.migrate_command == "rollback" and not args.users:
-        raise UsageError("migrate rollback: name the users to roll back")
+        raise UsageError(messages.MIGRATE_ROLLBACK_WHOM)
     conn = await connect(args.kubeconfig, args.context)
     namespace = args.namespace or conn.namespace or "default"
     storage_class = getattr(args, "storage_class", None) or migrate.hub_storage_class()
@@ -712,11 +611,13 @@ async def _migrate(args: argparse.Namespace) -> int:
         raise ClusterError(str(exc)) from None
     except (aiohttp.ClientError, OSError) as exc:
         raise ClusterError(
-            f"cannot reach the Kubernetes API at {conn.server} ({conn.source}): {_one_line(exc)}"
+            messages.api_unreachable(conn.server, conn.source, _one_line(exc))
         ) from None
     except Exception as exc:
         if kubeapi.status_of(exc) is not None:
-            raise _api_error(exc, f"migrate {args.migrate_command}", MIGRATE_RBAC_HINT) from None
+            raise _api_error(
+                exc, f"migrate {args.migrate_command}", messages.MIGRATE_RBAC_HINT
+            ) from None
         raise
     finally:
         await conn.api_client.close()
@@ -729,11 +630,6 @@ async def _migrate(args: argparse.Namespace) -> int:
     else:
         print(messages.render_migrate_results(result["results"], result.get("dry_run", False)))
     return status
-
-
-MIGRATE_RBAC_HINT = (
-    "docs/migrate.md lists the permissions migrate needs (examples/rbac-migrate.yaml)"
-)
 
 
 async def _migrate_run(

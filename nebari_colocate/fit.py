@@ -325,6 +325,8 @@ def unschedulable(pod: Obj, node: Obj) -> bool:
 TOO_MANY_PODS = "too-many-pods"
 #: NodeResourcesFit: the prefix of ``insufficient:<resource>`` (see :func:`insufficient`)
 INSUFFICIENT = "insufficient:"
+#: how :data:`FIT_REASONS` lists the ``insufficient:<resource>`` codes, one per resource
+INSUFFICIENT_ANY = f"{INSUFFICIENT}<resource>"
 #: VolumeBinding: a bound PersistentVolume's node affinity excludes the node
 VOLUME_NODE_AFFINITY = "volume-node-affinity"
 #: every code :func:`check_fit` returns (``insufficient:<resource>`` stands for one per resource)
@@ -332,7 +334,7 @@ FIT_REASONS = (
     NODE_UNSCHEDULABLE,
     NODE_SELECTOR,
     TAINT,
-    f"{INSUFFICIENT}<resource>",
+    INSUFFICIENT_ANY,
     TOO_MANY_PODS,
     VOLUME_NODE_AFFINITY,
 )

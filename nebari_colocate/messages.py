@@ -10,6 +10,7 @@ import html
 import re
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from datetime import datetime, timezone
+from decimal import Decimal
 from typing import Any, NamedTuple
 
 from . import events, faults, fit
@@ -55,49 +56,59 @@ def _counted(resource: str, units: str) -> str:
     return f"{units} {words.one if units == '1' else words.amount}"
 
 
+#: what every sentence calls the default server (its server name is ``""``); a table cell, where
+#: a server name stands, shows :data:`DEFAULT_SERVER_CELL`
+DEFAULT_SERVER = "default server"
+DEFAULT_SERVER_CELL = "(default)"
+
+
 def server_label(server_name: str, display_names: Mapping[str, str] | None = None) -> str:
     """How the user knows a server: its display name (jhub-apps' app name) when
     ``display_names`` has one, else its server name; the default server without a display name
     is "your default server" (jhub-apps shows it as "JupyterLab": pass ``{"": "JupyterLab"}``)."""
     shown = (display_names or {}).get(server_name) or server_name
-    return "your default server" if not shown else f"'{shown}'"
+    return f"'{shown}'" if shown else f"your {DEFAULT_SERVER}"
+
+
+class HolderFacts(NamedTuple):
+    """Who holds the volume of a refusal, as the user may be told it: their own servers and
+    pods by name, everything else counted (never another user's names)."""
+
+    servers: list[str]  # the user's own servers' names, the default server first
+    pods: list[str]  # the user's own pods that are not servers (sorted)
+    other_servers: int  # servers of other users
+    not_servers: int  # pods of no user: a backup Job, a workflow step
+
+
+def holder_facts(decision: Decision, username: str, user_label: str | None = None) -> HolderFacts:
+    """The :class:`HolderFacts` of a decision's holders, for ``username``."""
+    servers: set[str] = set()
+    pods: set[str] = set()
+    other_servers = not_servers = 0
+    for p in decision.holder_pods:
+        metadata = p.get("metadata") or {}
+        if owned_by(p, username, user_label):
+            if is_server(p):
+                servers.add((metadata.get("annotations") or {}).get(SERVERNAME_ANNOTATION, ""))
+            else:
+                pods.add(metadata.get("name", ""))
+        elif has_owner(p) and is_server(p):
+            other_servers += 1
+        else:
+            not_servers += 1
+    return HolderFacts(
+        sorted(servers, key=lambda n: (n != "", n)), sorted(pods), other_servers, not_servers
+    )
 
 
 def own_servers(decision: Decision, username: str, user_label: str | None = None) -> list[str]:
     """Server names of the holders that are servers of ``username`` (sorted, default first)."""
-    names = {
-        ((p.get("metadata") or {}).get("annotations") or {}).get(SERVERNAME_ANNOTATION, "")
-        for p in decision.holder_pods
-        if owned_by(p, username, user_label) and is_server(p)
-    }
-    return sorted(names, key=lambda n: (n != "", n))
+    return holder_facts(decision, username, user_label).servers
 
 
 def own_other_pods(decision: Decision, username: str, user_label: str | None = None) -> list[str]:
     """Names of the holders that are ``username``'s own pods but not servers (sorted)."""
-    return sorted(
-        {
-            (p.get("metadata") or {}).get("name", "")
-            for p in decision.holder_pods
-            if owned_by(p, username, user_label) and not is_server(p)
-        }
-    )
-
-
-def _others(decision: Decision, username: str, user_label: str | None) -> int:
-    """Holders that are other users' servers (counted, never named)."""
-    return sum(
-        not owned_by(p, username, user_label) and has_owner(p) and is_server(p)
-        for p in decision.holder_pods
-    )
-
-
-def _unowned(decision: Decision, username: str, user_label: str | None) -> int:
-    """Holders that belong to no user: a backup Job, a workflow step (counted, never named)."""
-    return sum(
-        not owned_by(p, username, user_label) and not (has_owner(p) and is_server(p))
-        for p in decision.holder_pods
-    )
+    return holder_facts(decision, username, user_label).pods
 
 
 def _join(items: list[str]) -> str:
@@ -142,100 +153,156 @@ _NODE_STATE_FRAGMENT_WORDS = {
 }
 
 
-def reason_sentences(decision: Decision, pod: Obj) -> list[str]:
-    """One plain sentence per reason code."""
-    node = decision.node
-    first = [True]
+class _Telling:
+    """What the sentences of one decision share: the decision, the pod, and whether the node
+    where the volume is attached has been named yet (it is said once; later sentences just
+    name the node)."""
 
-    def where_() -> str:
-        # Say where the volume is once; later sentences just name the node.
-        if first[0]:
-            first[0] = False
-            return f"node {node}, where your volume is attached,"
-        return f"node {node}"
+    def __init__(self, decision: Decision, pod: Obj) -> None:
+        self.decision = decision
+        self.pod = pod
+        self.node = decision.node
+        self.shortfalls = {s.resource: s for s in (decision.fit.shortfalls if decision.fit else [])}
+        self._placed = False
 
+    def where(self) -> str:
+        if not self._placed:
+            self._placed = True
+            return f"node {self.node}, where your volume is attached,"
+        return f"node {self.node}"
+
+
+def _cordoned_words(t: _Telling, code: str) -> list[str]:
+    return [f"{t.where()} {_NODE_STATE_WORDS[fit.NODE_STATE_CORDONED]}"]
+
+
+def _node_selector_words(t: _Telling, code: str) -> list[str]:
+    return [
+        f"this server must run on a different kind of node ({_selector_text(t.pod)}); "
+        f"{t.where()} is not one"
+    ]
+
+
+def _taint_words(t: _Telling, code: str) -> list[str]:
+    taints = t.decision.fit.taints if t.decision.fit else []
+    # A taint for the node's state is told as that state (once; "cordoned" is said by
+    # node-unschedulable when both are there), never as a reservation.
     sentences = []
-    shortfalls = {s.resource: s for s in (decision.fit.shortfalls if decision.fit else [])}
+    told = set()
+    if fit.NODE_UNSCHEDULABLE in t.decision.reasons:
+        told.add(fit.NODE_STATE_CORDONED)
+    for state in dict.fromkeys(s for s in map(fit.node_state, taints) if s):
+        if state not in told:
+            told.add(state)
+            sentences.append(f"{t.where()} {_NODE_STATE_WORDS[state]}")
+    reserved = [taint for taint in taints if not fit.node_state(taint)]
+    if reserved or not taints:
+        text = ", ".join(
+            f"{r.get('key')}{'=' + r['value'] if r.get('value') else ''}:{r.get('effect')}"
+            for r in reserved
+        )
+        sentences.append(f"{t.where()} is reserved ({text}) and this server does not tolerate it")
+    return sentences
+
+
+def _insufficient_words(t: _Telling, code: str) -> list[str]:
+    resource = fit.insufficient_resource(code) or ""
+    words = _resource_words(resource)
+    short = t.shortfalls.get(resource)
+    if short and short.allocatable <= 0:
+        return [f"it needs a {words.one} node ({resource}); {t.where()} has none"]
+    if short:
+        have = fit.format_units(resource, max(short.free, 0))
+        want = fit.format_units(resource, short.requested)
+        if resource not in ("cpu", "memory", "ephemeral-storage"):
+            have, want = _counted(resource, have), _counted(resource, want)
+        return [f"it needs {want} but {t.where()} has only {have} free"]
+    return [f"{t.where()} does not have enough {words.amount} free"]
+
+
+def _too_many_pods_words(t: _Telling, code: str) -> list[str]:
+    limit = t.decision.fit.max_pods if t.decision.fit else None
+    limit_text = f" ({limit})" if limit is not None else ""
+    return [f"{t.where()} already runs as many pods as it may{limit_text}"]
+
+
+def _volume_node_affinity_words(t: _Telling, code: str) -> list[str]:
+    return [f"another volume this server mounts cannot be used on node {t.node}"]
+
+
+def _claim_in_use_words(t: _Telling, code: str) -> list[str]:
+    return [
+        f"the volume {_join(t.decision.busy_claims)} may be used by only one server at a "
+        "time and is in use"
+    ]
+
+
+def _split_attachment_words(t: _Telling, code: str) -> list[str]:
+    return [
+        f"your volume {_join(t.decision.claims)} is in use on more than one node "
+        f"({_join(t.decision.split_nodes)}), which needs an administrator to resolve"
+    ]
+
+
+def _node_not_found_words(t: _Telling, code: str) -> list[str]:
+    return [
+        f"your volume is still in use on node {t.node}, which no longer exists (it may "
+        "still be attached to that node)"
+    ]
+
+
+def _home_being_moved_words(t: _Telling, code: str) -> list[str]:
+    if t.decision.moving_stalled:
+        stopped = _clock(t.decision.moving_stalled)
+        return [
+            "the move of your home folder to new storage stopped part-way"
+            + (f" (at {stopped})" if stopped else "")
+            + " and waits for an administrator"
+        ]
+    since = _clock(t.decision.moving_since)
+    return [
+        "your home folder is being moved to new storage by an administrator"
+        + (f" (since {since})" if since else "")
+    ]
+
+
+def _premium_node_words(t: _Telling, code: str) -> list[str]:
+    return [
+        f"{t.where()} is a GPU node and this server needs no GPU; starting it there "
+        "would keep the expensive node running"
+    ]
+
+
+#: reason code (``placement.REASON_CODES``, the fit check's among them) -> its sentences, in
+#: the order the codes come; ``insufficient:<resource>`` has one entry for every resource
+_REASON_WORDS: dict[str, Callable[[_Telling, str], list[str]]] = {
+    fit.NODE_UNSCHEDULABLE: _cordoned_words,
+    fit.NODE_SELECTOR: _node_selector_words,
+    fit.TAINT: _taint_words,
+    fit.INSUFFICIENT_ANY: _insufficient_words,
+    fit.TOO_MANY_PODS: _too_many_pods_words,
+    fit.VOLUME_NODE_AFFINITY: _volume_node_affinity_words,
+    CLAIM_IN_USE: _claim_in_use_words,
+    SPLIT_ATTACHMENT: _split_attachment_words,
+    NODE_NOT_FOUND: _node_not_found_words,
+    HOME_BEING_MOVED: _home_being_moved_words,
+    PREMIUM_NODE: _premium_node_words,
+}
+
+
+def _unworded(t: _Telling, code: str) -> list[str]:
+    # Never reached while the guard test (every code has its words) passes; a code without
+    # words still says something rather than "cannot start: .".
+    return [f"the check refused it ({code})"]
+
+
+def reason_sentences(decision: Decision, pod: Obj) -> list[str]:
+    """One plain sentence per reason code (two or more for a taint that tells a node state)."""
+    telling = _Telling(decision, pod)
+    sentences = []
     for code in decision.reasons:
-        if code == fit.NODE_UNSCHEDULABLE:
-            sentences.append(f"{where_()} {_NODE_STATE_WORDS[fit.NODE_STATE_CORDONED]}")
-        elif code == fit.NODE_SELECTOR:
-            sentences.append(
-                f"this server must run on a different kind of node ({_selector_text(pod)}); "
-                f"{where_()} is not one"
-            )
-        elif code == fit.TAINT:
-            taints = decision.fit.taints if decision.fit else []
-            # A taint for the node's state is told as that state (once; "cordoned" is said by
-            # node-unschedulable when both are there), never as a reservation.
-            told = set()
-            if fit.NODE_UNSCHEDULABLE in decision.reasons:
-                told.add(fit.NODE_STATE_CORDONED)
-            for state in dict.fromkeys(s for s in map(fit.node_state, taints) if s):
-                if state not in told:
-                    told.add(state)
-                    sentences.append(f"{where_()} {_NODE_STATE_WORDS[state]}")
-            reserved = [t for t in taints if not fit.node_state(t)]
-            if reserved or not taints:
-                text = ", ".join(
-                    f"{t.get('key')}{'=' + t['value'] if t.get('value') else ''}:{t.get('effect')}"
-                    for t in reserved
-                )
-                sentences.append(
-                    f"{where_()} is reserved ({text}) and this server does not tolerate it"
-                )
-        elif (resource := fit.insufficient_resource(code)) is not None:
-            words = _resource_words(resource)
-            short = shortfalls.get(resource)
-            if short and short.allocatable <= 0:
-                sentences.append(f"it needs a {words.one} node ({resource}); {where_()} has none")
-            elif short:
-                have = fit.format_units(resource, max(short.free, 0))
-                want = fit.format_units(resource, short.requested)
-                if resource not in ("cpu", "memory", "ephemeral-storage"):
-                    have, want = _counted(resource, have), _counted(resource, want)
-                sentences.append(f"it needs {want} but {where_()} has only {have} free")
-            else:
-                sentences.append(f"{where_()} does not have enough {words.amount} free")
-        elif code == fit.TOO_MANY_PODS:
-            limit = decision.fit.max_pods if decision.fit else None
-            limit_text = f" ({limit})" if limit is not None else ""
-            sentences.append(f"{where_()} already runs as many pods as it may{limit_text}")
-        elif code == fit.VOLUME_NODE_AFFINITY:
-            sentences.append(f"another volume this server mounts cannot be used on node {node}")
-        elif code == CLAIM_IN_USE:
-            sentences.append(
-                f"the volume {_join(decision.busy_claims)} may be used by only one server at a "
-                "time and is in use"
-            )
-        elif code == SPLIT_ATTACHMENT:
-            sentences.append(
-                f"your volume {_join(decision.claims)} is in use on more than one node "
-                f"({_join(decision.split_nodes)}), which needs an administrator to resolve"
-            )
-        elif code == NODE_NOT_FOUND:
-            sentences.append(
-                f"your volume is still in use on node {node}, which no longer exists (it may "
-                "still be attached to that node)"
-            )
-        elif code == HOME_BEING_MOVED and decision.moving_stalled:
-            stopped = _clock(decision.moving_stalled)
-            sentences.append(
-                "the move of your home folder to new storage stopped part-way"
-                + (f" (at {stopped})" if stopped else "")
-                + " and waits for an administrator"
-            )
-        elif code == HOME_BEING_MOVED:
-            since = _clock(decision.moving_since)
-            sentences.append(
-                "your home folder is being moved to new storage by an administrator"
-                + (f" (since {since})" if since else "")
-            )
-        elif code == PREMIUM_NODE:
-            sentences.append(
-                f"{where_()} is a GPU node and this server needs no GPU; starting it there "
-                "would keep the expensive node running"
-            )
+        family = fit.INSUFFICIENT_ANY if fit.insufficient_resource(code) is not None else code
+        sentences.extend(_REASON_WORDS.get(family, _unworded)(telling, code))
     return sentences
 
 
@@ -247,8 +314,9 @@ def _exclusivity(decision: Decision) -> str:
 
 def subject(server_name: str, display_names: Mapping[str, str] | None = None) -> str:
     """ "Your server 'My Dashboard'" / "Your default server": the start of every message."""
-    label = server_label(server_name, display_names)
-    return "Your default server" if label == "your default server" else f"Your server {label}"
+    if (display_names or {}).get(server_name) or server_name:
+        return f"Your server {server_label(server_name, display_names)}"
+    return f"Your {DEFAULT_SERVER}"
 
 
 def _clock(timestamp: str | None) -> str:
@@ -347,6 +415,44 @@ def _shared_advice(decision: Decision, has_profiles: bool, others: int) -> str:
     return f"{why} To start it, choose a profile that fits on node {decision.node}, or {admin}."
 
 
+class _Refusal(NamedTuple):
+    """The parts of a refusal's message, computed once and rendered as text or as HTML."""
+
+    subject: str  # "Your server 'big-app'"
+    reasons: list[str]  # one sentence per reason (:func:`reason_sentences`)
+    exclusivity: str  # "Your volume can be attached to one node at a time"
+    servers: list[str]  # the user's own servers holding the volume, as the user knows them
+    in_use: list[str]  # every other holder: the user's own pods named, the rest counted
+    advice: str  # what to do
+    way_out: str | None  # the way out's action (:func:`way_out_sentence`), if there is one
+
+
+def _refusal(
+    decision: Decision,
+    pod: Obj,
+    *,
+    username: str,
+    server_name: str,
+    user_label: str | None,
+    has_profiles: bool,
+    display_names: Mapping[str, str] | None,
+) -> _Refusal:
+    facts = holder_facts(decision, username, user_label)
+    servers = [server_label(n, display_names) for n in facts.servers]
+    in_use = [f"your pod(s) {_join(facts.pods)} (not servers)"] if facts.pods else []
+    in_use += counted_holders(other_servers=facts.other_servers, not_servers=facts.not_servers)
+    way_out = decision.way_out
+    return _Refusal(
+        subject(server_name, display_names),
+        reason_sentences(decision, pod),
+        _exclusivity(decision),
+        servers,
+        in_use,
+        _advice(decision, servers, has_profiles, len(facts.pods), facts.other_servers),
+        None if way_out is None else way_out_sentence(way_out, display_names),
+    )
+
+
 def user_message(
     decision: Decision,
     pod: Obj,
@@ -361,17 +467,22 @@ def user_message(
     knows (only the user's own servers; see :func:`server_label`)."""
     if decision.verdict != REFUSE:
         return ""
-    holders = [server_label(n, display_names) for n in own_servers(decision, username, user_label)]
-    own_pods = own_other_pods(decision, username, user_label)
-    why = "; ".join(reason_sentences(decision, pod))
-    parts = [f"{subject(server_name, display_names)} cannot start: {why}."]
-    in_use = _in_use_by(decision, holders, own_pods, username, user_label)
+    r = _refusal(
+        decision,
+        pod,
+        username=username,
+        server_name=server_name,
+        user_label=user_label,
+        has_profiles=has_profiles,
+        display_names=display_names,
+    )
+    parts = [f"{r.subject} cannot start: {'; '.join(r.reasons)}."]
+    in_use = ([_join(r.servers)] if r.servers else []) + r.in_use
     if in_use:
-        parts.append(f"{_exclusivity(decision)} and is in use by {_join(in_use)}.")
-    others = _others(decision, username, user_label)
-    parts.append(_advice(decision, holders, has_profiles, len(own_pods), others))
-    if decision.way_out is not None:
-        parts.append(f"The way out: {way_out_sentence(decision.way_out, display_names)}")
+        parts.append(f"{r.exclusivity} and is in use by {_join(in_use)}.")
+    parts.append(r.advice)
+    if r.way_out is not None:
+        parts.append(f"The way out: {r.way_out}")
     return " ".join(parts)
 
 
@@ -380,29 +491,6 @@ def way_out_sentence(way_out: WayOut, display_names: Mapping[str, str] | None = 
     user knows (:func:`server_label`); the words of its button."""
     stops = [server_label(n, display_names) for n in way_out.stop]
     return f"Stop {_join(stops)} and start {server_label(way_out.start, display_names)}."
-
-
-def _in_use_by(
-    decision: Decision,
-    holders: list[str],
-    own_pods: list[str],
-    username: str,
-    user_label: str | None,
-) -> list[str]:
-    """Who holds the volume, in words: the user's own servers and pods by name, everything
-    else counted (never another user's names)."""
-    in_use = []
-    if holders:
-        in_use.append(_join(holders))
-    if own_pods:
-        in_use.append(f"your pod(s) {_join(own_pods)} (not servers)")
-    in_use.extend(
-        counted_holders(
-            other_servers=_others(decision, username, user_label),
-            not_servers=_unowned(decision, username, user_label),
-        )
-    )
-    return in_use
 
 
 def counted_holders(
@@ -436,30 +524,33 @@ def user_html(
     escaped."""
     if decision.verdict != REFUSE:
         return ""
+    r = _refusal(
+        decision,
+        pod,
+        username=username,
+        server_name=server_name,
+        user_label=user_label,
+        has_profiles=has_profiles,
+        display_names=display_names,
+    )
     esc = html.escape
-    title = esc(subject(server_name, display_names))
-    reasons = "".join(f"<li>{esc(s)}</li>" for s in reason_sentences(decision, pod))
-    holders = own_servers(decision, username, user_label)
-    own_pods = own_other_pods(decision, username, user_label)
+    reasons = "".join(f"<li>{esc(s)}</li>" for s in r.reasons)
     # <div>, not <p>: JupyterHub's error page puts the message inside a <p> of its own; and
     # left-aligned, as the spawn pages centre their text.
-    body = [f"<div>{title} cannot start:</div>", f'<ul class="colocate-reasons">{reasons}</ul>']
-    labels = [server_label(n, display_names) for n in holders]
-    in_use = _in_use_by(decision, labels, own_pods, username, user_label)
-    if holders:
-        in_use = labels + in_use[1:]
+    body = [
+        f"<div>{esc(r.subject)} cannot start:</div>",
+        f'<ul class="colocate-reasons">{reasons}</ul>',
+    ]
+    in_use = r.servers + r.in_use  # one item per server here, where the text joins them
     if in_use:
         items = "".join(f"<li>{esc(n)}</li>" for n in in_use)
         body.append(
-            f"<div>{esc(_exclusivity(decision))} and is in use by:</div>"
+            f"<div>{esc(r.exclusivity)} and is in use by:</div>"
             f'<ul class="colocate-holders">{items}</ul>'
         )
-    others = _others(decision, username, user_label)
-    advice = _advice(decision, labels, has_profiles, len(own_pods), others)
-    body.append(f"<div>{esc(advice)}</div>")
-    if decision.way_out is not None:
-        sentence = way_out_sentence(decision.way_out, display_names)
-        body.append(f'<div class="colocate-way-out">The way out: {esc(sentence)}</div>')
+    body.append(f"<div>{esc(r.advice)}</div>")
+    if r.way_out is not None:
+        body.append(f'<div class="colocate-way-out">The way out: {esc(r.way_out)}</div>')
     return f'<div class="colocate-message" style="text-align: left">{"".join(body)}</div>'
 
 
@@ -1017,6 +1108,21 @@ MIGRATE_OUTCOMES = {
     "or whose process on this host has ended, is taken over by the next run)",
 }
 
+#: why a storage class cannot hold ReadWriteMany homes (``migrate.CLASS_PROBLEMS``)
+STORAGE_CLASS_PROBLEMS = {
+    "missing": "storage class {name!r} does not exist",
+    "rwo-only": "storage class {name!r} is provisioned by {provisioner}, which offers no "
+    "ReadWriteMany file system volumes",
+    "no-volume": "storage class {name!r} has no provisioner and no Available ReadWriteMany volume",
+}
+
+
+def storage_class_problem(code: str, name: str, provisioner: str = "") -> str:
+    """Why storage class ``name`` cannot hold the moved homes, in one line."""
+    template = STORAGE_CLASS_PROBLEMS.get(code, "storage class {name!r}: {code}")
+    return template.format(name=name, provisioner=provisioner, code=code)
+
+
 #: how a stale lease was found when a run took it over (``migrate.lease_state``)
 LEASE_TAKEN_OVER = {
     "gone": "its process on this host has ended",
@@ -1087,15 +1193,6 @@ def delete_old_volume_hint(volume: str) -> str:
     )
 
 
-def _table(headers: Sequence[str], rows: Iterable[Sequence[object]]) -> list[str]:
-    cells = [[str(c) for c in row] for row in rows]
-    widths = [max([len(h), *(len(r[i]) for r in cells)]) for i, h in enumerate(headers)]
-    return [
-        "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
-        for row in [list(headers), *cells]
-    ]
-
-
 def render_migrate_plan(plan: Obj) -> str:
     rows = plan["homes"]
     lines = [
@@ -1103,7 +1200,7 @@ def render_migrate_plan(plan: Obj) -> str:
         f"{plan.get('storage_class') or '-'}): {len(rows)}"
     ]
     if rows:
-        lines += _table(
+        lines += table(
             ("USER", "CLAIM", "MODES", "SIZE", "CLASS", "VOLUME", "RUNNING", "WHAT WOULD HAPPEN"),
             (
                 (
@@ -1118,6 +1215,7 @@ def render_migrate_plan(plan: Obj) -> str:
                 )
                 for r in rows
             ),
+            indent="",
         )
     lines += [f"note: {n}" for n in plan.get("notes") or []]
     return "\n".join(lines)
@@ -1144,7 +1242,7 @@ def render_migrate_status(status: Obj) -> str:
     rows = status["moves"]
     lines = [f"Moves in namespace {status['namespace']}: {len(rows)}"]
     if rows:
-        lines += _table(
+        lines += table(
             ("USER", "CLAIM", "STEP", "MODES", "OLD VOLUME", "NEW VOLUME", "COPY", "PROBLEM"),
             (
                 (
@@ -1159,6 +1257,7 @@ def render_migrate_status(status: Obj) -> str:
                 )
                 for r in rows
             ),
+            indent="",
         )
     for r in rows:
         if r.get("held_by"):
@@ -1168,6 +1267,328 @@ def render_migrate_status(status: Obj) -> str:
         if r["step"] == "done" and r["old_volume"]:
             lines.append(f"{r['claim']}: {delete_old_volume_hint(r['old_volume'])}")
     return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------------------------------
+# nebari-colocate explain and audit: what the operator reads (the reports come from report.py)
+
+
+def server_display(name: str) -> str:
+    """A server name in a table cell; the default server's is :data:`DEFAULT_SERVER_CELL`."""
+    return name or DEFAULT_SERVER_CELL
+
+
+def quantity(resource: str, units: int) -> str:
+    """Scheduler units as a person reads them: ``1.5`` (cores), ``16 GiB``, ``110``."""
+    if resource == "cpu":
+        return f"{(Decimal(units) / 1000).normalize():f}"
+    if resource in ("memory", "ephemeral-storage"):
+        return fit.format_units(resource, units)
+    return str(units)
+
+
+def _cell_list(items: Iterable[str], empty: str = "-") -> str:
+    items = list(items)
+    return ", ".join(items) if items else empty
+
+
+def table(
+    headers: Sequence[str], rows: Iterable[Sequence[object]], indent: str = "  "
+) -> list[str]:
+    """Aligned plain-text columns, two spaces apart, each line after ``indent`` (the reports'
+    tables stand indented under their heading; the migrate tables stand alone)."""
+    cells = [[str(c) for c in row] for row in rows]
+    widths = [max([len(h), *(len(r[i]) for r in cells)]) for i, h in enumerate(headers)]
+
+    def line(row: Sequence[str]) -> str:
+        return (indent + "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True))).rstrip()
+
+    return [line(list(headers)), *(line(r) for r in cells)]
+
+
+def _percent(used: int, have: int) -> str:
+    return f" ({round(100 * used / have)}%)" if have > 0 else ""
+
+
+def _node_title(row: Obj, report: Obj) -> str:
+    flags = []
+    if row["name"] == report.get("pinned_node"):
+        if report.get("pinned_by") == PINNED_BY_ATTACHMENT:
+            flags.append("pinned: a claim's volume is still attached there")
+        else:
+            flags.append("pinned: the exclusive claims are in use there")
+    if row["name"] in report.get("split_nodes", []):
+        flags.append("a claim is in use here and on another node")
+    if row.get("cordoned"):
+        flags.append("cordoned")
+    if row.get("premium"):
+        flags.append("premium: " + ", ".join(f"{k}={v}" for k, v in row["premium"].items()))
+    return f"Node {row['name']}" + (f" ({'; '.join(flags)})" if flags else "")
+
+
+def render_explain(report: Obj) -> str:
+    """The human form of :func:`explain_report`."""
+    user, namespace = report["user"], report["namespace"]
+    lines = [f"User {user} in namespace {namespace}", ""]
+
+    lines.append("Servers")
+    if report["servers"]:
+        lines += table(
+            ("SERVER", "POD", "NODE", "PHASE", "CLAIMS"),
+            (
+                (
+                    server_display(s["server"]),
+                    s["pod"],
+                    s["node"] or "-",
+                    s["phase"],
+                    _cell_list(s["claims"]),
+                )
+                for s in report["servers"]
+            ),
+        )
+    else:
+        lines.append("  none running")
+    lines.append("")
+
+    lines.append("Claims")
+    if report["claims"]:
+        lines += table(
+            ("CLAIM", "ACCESS MODES", "EXCLUSIVE", "VOLUME", "IN USE ON", "ATTACHED ON"),
+            (
+                (
+                    c["claim"],
+                    _cell_list(c["access_modes"]) + ("" if c["exists"] else " (not created yet)"),
+                    "yes" if c["exclusive"] else "no",
+                    c["volume"] or "-",
+                    _cell_list(c["in_use_on"]),
+                    "?" if c["attached_on"] is None else _cell_list(c["attached_on"]),
+                )
+                for c in report["claims"]
+            ),
+        )
+    else:
+        lines.append("  none found")
+    lines.append("")
+
+    for row in report["nodes"]:
+        lines.append(_node_title(row, report))
+        if not row["readable"]:
+            lines.append("  headroom unknown: nodes are not readable with these credentials")
+        elif not row["found"]:
+            lines.append("  node not found")
+        else:
+            headroom = row["headroom"]
+            lines += table(
+                ("RESOURCE", "ALLOCATABLE", "REQUESTED", "FREE"),
+                (
+                    (
+                        r,
+                        quantity(r, v["allocatable"]),
+                        quantity(r, v["requested"]) + _percent(v["requested"], v["allocatable"]),
+                        quantity(r, v["free"]),
+                    )
+                    for r, v in headroom.items()
+                ),
+            )
+            if row["pods_counted"] != "all namespaces":
+                lines.append("  (requests of this namespace's pods only)")
+        lines.append("")
+
+    new = report["new_server"]
+    if new["pod"] == "minimal":
+        what = "a pod that requests nothing and mounts " + _cell_list(new["claims"], "no claim")
+    else:
+        what = f"the pod in {new['pod']}"
+    if new["replaces"]:
+        lines.append(
+            f"Restarting {_server_phrase(new['server'])} ({what}; its pod {new['replaces']} "
+            "is replaced)"
+        )
+    else:
+        lines.append(f"Starting {_server_phrase(new['server'])} ({what})")
+    verdict = new["verdict"]
+    if new["node"]:
+        verdict += f" on node {new['node']}"
+    if new["reasons"]:
+        verdict += ": " + ", ".join(new["reasons"])
+    if not new["verified"]:
+        verdict += " (unverified)"
+    lines.append(f"  verdict: {verdict}")
+    lines += [f"  {line}" for line in new["outcome"]]
+    lines.append(f"  {new['operator_line']}")
+
+    notes = [*report["notes"], *new["notes"]]
+    if notes:
+        lines += ["", "Notes"]
+        lines += [f"  - {n}" for n in dict.fromkeys(notes)]
+    return "\n".join(lines)
+
+
+def _server_phrase(server: str) -> str:
+    return f"server '{server}'" if server else f"the {DEFAULT_SERVER}"
+
+
+def render_audit(report: Obj) -> str:
+    """The human form of :func:`audit_report`."""
+    mode = report["storage_access_mode"]
+    head = f"Audit of namespace {report['namespace']}"
+    if mode:
+        head += f" (deployment storage access mode {mode})"
+    lines = [head, ""]
+
+    pinned = report["pinned_users"]
+    lines.append(f"Users pinned to a node by exclusive (ReadWriteOnce) claims: {len(pinned)}")
+    if pinned:
+        lines += table(
+            ("USER", "NODE", "SERVERS", "CLAIMS"),
+            (
+                (
+                    u["user"],
+                    _cell_list(u["nodes"]),
+                    _cell_list(server_display(s["server"]) for s in u["servers"]),
+                    _cell_list(u["claims"]),
+                )
+                for u in pinned
+            ),
+        )
+    lines.append("")
+
+    stranded = report["stranded_pods"]
+    lines.append(f"Servers on premium nodes that request no premium resource: {len(stranded)}")
+    if stranded:
+        lines += table(
+            ("USER", "SERVER", "POD", "NODE", "NODE OFFERS", "PREMIUM PODS THERE"),
+            (
+                (
+                    s["user"],
+                    server_display(s["server"]),
+                    s["pod"],
+                    s["node"],
+                    _cell_list(
+                        f"{k}={v}" if not s["inferred"] else f"{k} (inferred)"
+                        for k, v in s["node_premium"].items()
+                    ),
+                    _cell_list(s["premium_pods_on_node"], "none: this pod alone keeps the node"),
+                )
+                for s in stranded
+            ),
+        )
+    lines.append("")
+
+    rwo = report["rwo_claims"]
+    if rwo is None:
+        lines.append(
+            "ReadWriteOnce claims in a ReadWriteMany deployment: not checked (pass "
+            "--storage-access-mode ReadWriteMany if the hub creates ReadWriteMany claims)"
+        )
+    else:
+        lines.append(f"ReadWriteOnce claims in a ReadWriteMany deployment: {len(rwo)}")
+        if rwo:
+            lines += table(
+                ("CLAIM", "USER", "ACCESS MODES", "STORAGE CLASS", "IN USE BY"),
+                (
+                    (
+                        c["claim"],
+                        _cell_list(c["users"]),
+                        _cell_list(c["access_modes"]),
+                        c["storage_class"] or "-",
+                        _cell_list(c["in_use_by"]),
+                    )
+                    for c in rwo
+                ),
+            )
+            lines.append(f"  {migrate_plan_hint()}")
+    lines.append("")
+
+    splits = report["split_attachments"]
+    lines.append(f"Exclusive claims in use on more than one node: {len(splits)}")
+    if splits:
+        lines += table(
+            ("CLAIM", "NODES", "PODS", "ATTACHED ON"),
+            (
+                (
+                    s["claim"],
+                    _cell_list(s["nodes"]),
+                    _cell_list(
+                        f"{pod}@{node}" for node, names in s["pods"].items() for pod in names
+                    ),
+                    "?" if s["attached_on"] is None else _cell_list(s["attached_on"]),
+                )
+                for s in splits
+            ),
+        )
+
+    if report["notes"]:
+        lines += ["", "Notes"]
+        lines += [f"  - {n}" for n in report["notes"]]
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------------------------------
+# the nebari-colocate command: its errors, notes and hints (cli.py raises and prints them)
+
+#: which file grants a read these credentials were refused
+RBAC_HINT = "examples/rbac.yaml grants it"
+#: what explain and audit need at the least
+ROLE_HINT = (
+    "explain and audit need get and list on pods and persistentvolumeclaims in the hub's "
+    "namespace, which zero-to-jupyterhub's hub Role grants"
+)
+#: what migrate needs
+MIGRATE_RBAC_HINT = (
+    "docs/migrate.md lists the permissions migrate needs (examples/rbac-migrate.yaml)"
+)
+
+#: what a read the credentials were refused costs the report (``view.DirectReader.denied``)
+NODES_COST_EXPLAIN = (
+    "no node headroom, and the new server's fit is inferred from the specs of the servers "
+    "holding its volumes, as the spawner does"
+)
+NODES_COST_AUDIT = (
+    "a node counts as premium only when a pod of this namespace there requests a premium "
+    "resource, so a server left alone on a GPU node is not found"
+)
+NODE_PODS_COST = "node headroom counts this namespace's pods only"
+ATTACHMENTS_COST = "a volume still attached to a node after its last server stopped is not seen"
+PVS_COST = "a volume's node affinity is not checked"
+
+#: migrate called without the users it needs, or with both users and --all
+MIGRATE_APPLY_WHOM = "migrate apply: name the users to move, or pass --all"
+MIGRATE_APPLY_NOT_BOTH = "migrate apply: name users or pass --all, not both"
+MIGRATE_ROLLBACK_WHOM = "migrate rollback: name the users to roll back"
+
+
+def denied_read_note(verb: str, what: str, cost: str | None) -> str:
+    """The note of a read the credentials were refused: what it costs (``cost``, one of the
+    ``*_COST`` sentences; None: unknown) and which file grants it."""
+    return f"cannot {verb} {what} (403 Forbidden): {cost or 'not read'}; {RBAC_HINT}"
+
+
+def empty_namespace_note(namespace: str) -> str:
+    """The note of a namespace without pods or claims (likely not the hub's)."""
+    return (
+        f"namespace {namespace} has no pods and no claims: is it the hub's namespace? (--namespace)"
+    )
+
+
+def api_refused(status: object, what: str, *, reason: str = "", hint: str = ROLE_HINT) -> str:
+    """The API server answered ``status`` to ``what`` the command asked: forbidden (with
+    ``hint``, the permissions needed), the credentials rejected, or anything else."""
+    if status == 403:
+        return f"forbidden (403) to {what} with these credentials: {hint}"
+    if status == 401:
+        return f"the API server rejected the credentials (401) to {what}"
+    return f"the API server answered {status} {reason} to {what}"
+
+
+def api_unreachable(server: str, source: str, error: str) -> str:
+    """The command could not reach the API server at ``server`` (from ``source``)."""
+    return f"cannot reach the Kubernetes API at {server} ({source}): {error}"
+
+
+def api_no_answer(server: str, timeout: float) -> str:
+    """The API server did not answer within ``--timeout``."""
+    return f"no answer from the Kubernetes API at {server} within {timeout:g} s (--timeout)"
 
 
 # --------------------------------------------------------------------------------------------------

@@ -46,6 +46,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from . import messages
 from .kubeapi import (
     CONFLICT,
     DENIED,
@@ -281,8 +282,7 @@ def server_names(pods: Iterable[Obj]) -> list[str]:
     for pod in pods:
         annotations = _annotations(pod)
         if USERNAME_ANNOTATION in annotations:
-            server = annotations.get(SERVERNAME_ANNOTATION, "")
-            names.append(server or "(default)")
+            names.append(messages.server_display(annotations.get(SERVERNAME_ANNOTATION, "")))
         else:
             names.append(f"pod {_meta(pod).get('name', '')}")
     return names
@@ -427,6 +427,15 @@ def movable(row: Obj) -> bool:
     return row["action"] in (MOVE, RESUME, RETRY)
 
 
+#: why a storage class cannot hold ReadWriteMany homes (codes; messages.py has the words): it
+#: does not exist, its provisioner makes only block volumes, it has no provisioner and no volume
+CLASS_MISSING, CLASS_RWO_ONLY, CLASS_NO_VOLUME = CLASS_PROBLEMS = (
+    "missing",
+    "rwo-only",
+    "no-volume",
+)
+
+
 def class_problem(storage_class: Obj | None, name: str, rwx_volumes: int | None) -> str | None:
     """Why ``name`` cannot hold ReadWriteMany homes, when that can be known, else None.
 
@@ -434,15 +443,12 @@ def class_problem(storage_class: Obj | None, name: str, rwx_volumes: int | None)
     of Available ReadWriteMany volumes of that class (for a class without a provisioner), None
     when not known."""
     if storage_class is None:
-        return f"storage class {name!r} does not exist"
+        return messages.storage_class_problem(CLASS_MISSING, name)
     provisioner = storage_class.get("provisioner", "")
     if provisioner in RWO_ONLY_PROVISIONERS:
-        return (
-            f"storage class {name!r} is provisioned by {provisioner}, which offers no "
-            "ReadWriteMany file system volumes"
-        )
+        return messages.storage_class_problem(CLASS_RWO_ONLY, name, provisioner)
     if provisioner == STATIC_PROVISIONER and rwx_volumes == 0:
-        return f"storage class {name!r} has no provisioner and no Available ReadWriteMany volume"
+        return messages.storage_class_problem(CLASS_NO_VOLUME, name)
     return None
 
 

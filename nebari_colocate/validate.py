@@ -314,6 +314,28 @@ CHECKS: dict[str, Callable[[Obj], None]] = {
 _SATURATING: dict[str, Callable[..., None]] = {"Pod": check_pod, "Node": check_node}
 
 
+def check_object(index: int, obj: object, *, lenient: bool = False) -> list[str]:
+    """Object ``index`` (counted from 0) of a file, checked as :func:`check_objects` checks it;
+    kinds the decision ignores are not.  ``lenient``: a quantity beyond int64 in a Pod or a Node
+    is not refused but returned, one line each (see :func:`check_objects`)."""
+    if not isinstance(obj, Mapping):
+        raise InvalidObject(f"object {index + 1} is not a mapping")
+    kind = obj.get("kind")
+    check = CHECKS.get(kind) if isinstance(kind, str) else None
+    if check is None:
+        return []
+    saturating = _SATURATING.get(str(kind)) if lenient else None
+    try:
+        if saturating is None:
+            check(obj)
+            return []
+        found: list[str] = []
+        saturating(obj, saturated=found)
+    except InvalidObject as exc:
+        raise InvalidObject(f"object {index + 1}, {exc}") from None
+    return [f"object {index + 1}, {line}" for line in found]
+
+
 def check_objects(
     objects: Iterable[object],
     *,
@@ -328,25 +350,14 @@ def check_objects(
     stores, ``cpu: 10e399``) is not refused but recorded in ``saturated`` (one line each): the
     scheduler counts it saturated, and so does the decision."""
     for index, obj in enumerate(objects):
-        if not isinstance(obj, Mapping):
-            raise InvalidObject(f"object {index + 1} is not a mapping")
-        kind = obj.get("kind")
-        check = CHECKS.get(kind) if isinstance(kind, str) else None
-        if check is None:
-            continue
-        try:
-            lenient = None if _reads(read, obj) else _SATURATING.get(str(kind))
-            if lenient is not None and saturated is not None:
-                found: list[str] = []
-                lenient(obj, saturated=found)
-                saturated.extend(f"object {index + 1}, {line}" for line in found)
-            else:
-                check(obj)
-        except InvalidObject as exc:
-            raise InvalidObject(f"object {index + 1}, {exc}") from None
+        lenient = saturated is not None and isinstance(obj, Mapping) and not reads(read, obj)
+        found = check_object(index, obj, lenient=lenient)
+        if saturated is not None:
+            saturated.extend(found)
 
 
-def _reads(read: Callable[[Obj], bool] | None, obj: Obj) -> bool:
+def reads(read: Callable[[Obj], bool] | None, obj: Obj) -> bool:
+    """Whether ``read`` says the decision reads ``obj`` itself (None: it reads everything)."""
     if read is None:
         return True
     try:

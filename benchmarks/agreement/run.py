@@ -22,9 +22,10 @@ from pathlib import Path
 from benchmarks import _cluster
 from nebari_colocate import cli
 from nebari_colocate.affinity import apply_decision
+from nebari_colocate.dumps import flatten_objects
 from nebari_colocate.kubeapi import read_json
 from nebari_colocate.placement import COLOCATE, REFUSE, SKIP, Decision, Policy, decide
-from nebari_colocate.state import ClusterState, flatten_objects
+from nebari_colocate.state import ClusterState
 from nebari_colocate.view import ClusterView, DirectReader
 
 from .judge import first_verdict, judge

@@ -16,7 +16,7 @@ import pytest
 import yaml
 from builders import node, pod, pvc, running
 
-from nebari_colocate import cli, kubeapi, state
+from nebari_colocate import cli, dumps, kubeapi, validate
 
 SCENARIOS = Path(__file__).resolve().parents[2] / "examples" / "scenarios"
 ENTRY_POINT = Path(sys.executable).with_name("nebari-colocate")
@@ -695,7 +695,7 @@ def test_hostile_input_exits_2_with_one_line_naming_the_file_and_the_problem(
 
 
 def test_an_oversized_file_is_refused_before_it_is_read(tmp_path, capsys, monkeypatch):
-    monkeypatch.setattr(state, "MAX_FILE_BYTES", 1000)
+    monkeypatch.setattr(dumps, "MAX_FILE_BYTES", 1000)
     state_file, pod_file = _files(tmp_path, state_docs=_good_state() * 20)
     status, _, err = run(["simulate", str(state_file), "--pod", str(pod_file)], capsys)
     assert status == 2
@@ -907,6 +907,23 @@ def test_a_quantity_beyond_int64_in_a_claim_holder_is_still_refused(tmp_path, ca
     status, out, err = run(["simulate", str(state_file), "--pod", str(pod_file), "--json"], capsys)
     assert (status, out) == (2, "")
     assert "beyond what Kubernetes can count" in err and err.count("\n") == 1
+
+
+def test_simulate_checks_each_object_of_the_dump_once(tmp_path, capsys, monkeypatch):
+    checked: list[int] = []
+    check_object = validate.check_object
+
+    def counting(index, obj, **kwargs):
+        checked.append(index)
+        return check_object(index, obj, **kwargs)
+
+    monkeypatch.setattr(validate, "check_object", counting)
+    docs = [*_good_state(), node("cpu-2"), _other_namespace_pod("cpu-2")]
+    state_file, pod_file = _files(tmp_path, state_docs=docs)
+    status, out, err = run(["simulate", str(state_file), "--pod", str(pod_file), "--json"], capsys)
+    assert status == 0, err
+    assert sorted(checked) == list(range(len(docs)))  # the namespace found in the same pass
+    assert len(json.loads(out)["input_warnings"]) == 1
 
 
 def _runtime_class(name: str = "gvisor", cpu: str = "1") -> dict:

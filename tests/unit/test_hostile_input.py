@@ -19,7 +19,7 @@ from builders import state as make_state
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from nebari_colocate import messages, state, validate
+from nebari_colocate import dumps, messages, state, validate
 from nebari_colocate.placement import REFUSE, Decision, Policy, decide
 
 # --------------------------------------------------------------------------------------------------
@@ -144,7 +144,7 @@ def test_any_bytes_are_objects_or_a_state_error(tmp_path_factory, data):
     path = tmp_path_factory.mktemp("h") / "dump.yaml"
     path.write_bytes(data)
     try:
-        state.read_objects(path)
+        dumps.read_objects(path)
     except state.StateError as exc:
         assert str(exc).startswith(str(path)) and "\n" not in str(exc)
 
@@ -170,8 +170,8 @@ def _big_dump(*extra_lines: str) -> str:
 def test_a_big_dump_reads_the_same_through_rapidyaml_and_pyyaml():
     pytest.importorskip("ryml", reason="the test extra installs rapidyaml")
     text = _big_dump()
-    assert len(text) > state.FAST_YAML_BYTES
-    fast = state._fast_documents(text)
+    assert len(text) > dumps.FAST_YAML_BYTES
+    fast = dumps._fast_documents(text)
     assert fast is not None
     assert fast == list(yaml.load_all(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)))
 
@@ -192,4 +192,4 @@ def test_a_big_dump_reads_the_same_through_rapidyaml_and_pyyaml():
 )
 def test_the_fast_reader_steps_aside_where_yaml_1_1_reads_differently(line):
     pytest.importorskip("ryml", reason="the test extra installs rapidyaml")
-    assert state._fast_documents(_big_dump(line)) is None
+    assert dumps._fast_documents(_big_dump(line)) is None

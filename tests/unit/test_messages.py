@@ -11,7 +11,7 @@ from builders import gpu_node, node, pod, pvc, state, taint, volume_attachment
 
 from nebari_colocate import events, fit, messages
 from nebari_colocate.events import FAIL, IMAGE_BAD_NAME, IMAGE_INVALID, EventVerdict
-from nebari_colocate.placement import REFUSE, Decision, Policy, decide
+from nebari_colocate.placement import REASON_CODES, REFUSE, Decision, Policy, decide
 
 HOME = "claim-alice"
 CPU = {"nebari.dev/node-type": "cpu"}
@@ -993,3 +993,61 @@ def test_the_way_out_failure_page_escapes_display_names():
         "release-timeout", start="", stop=["pandas-app"], display_names=names, seconds=5
     )
     assert "<img" not in page and page.count("&lt;img src=x onerror=alert(1)&gt;") == 2
+
+
+# every reason code has its words (as every event code has: tests/unit/test_events.py)
+
+
+def _refused_for(code: str) -> Decision:
+    if code == fit.INSUFFICIENT_ANY:  # one code per resource: a known one and an unknown one
+        code = fit.insufficient("example.com/fpga")
+    return Decision(REFUSE, node="cpu-1", reasons=[code], claims=[HOME], busy_claims=[HOME])
+
+
+@pytest.mark.parametrize("code", REASON_CODES)
+def test_every_reason_code_has_a_sentence_of_its_own(code):
+    sentences = messages.reason_sentences(_refused_for(code), pod("new", claims=[HOME]))
+    assert sentences, code
+    assert all(s.strip() for s in sentences), code
+    assert not any("the check refused it" in s for s in sentences), f"{code} has no words"
+
+
+def test_a_code_without_words_still_says_something_rather_than_an_empty_reason():
+    decision = Decision(REFUSE, node="cpu-1", reasons=["a-code-from-the-future"])
+    text = messages.user_message(decision, {}, username="alice", server_name="")
+    assert "cannot start: ." not in text
+    assert "a-code-from-the-future" in text
+
+
+def test_the_default_server_has_one_name_in_every_sentence():
+    assert messages.server_label("") == f"your {messages.DEFAULT_SERVER}"
+    assert messages.subject("") == f"Your {messages.DEFAULT_SERVER}"
+    assert messages.subject("", {"": "JupyterLab"}) == "Your server 'JupyterLab'"
+    assert messages.server_display("") == messages.DEFAULT_SERVER_CELL
+
+
+def test_holder_facts_name_the_users_own_and_count_everything_else():
+    holders = [
+        alice("", "cpu-1"),
+        alice("app", "cpu-1"),
+        alices_own_job(),
+        pod("jupyter-bob", claims=[HOME], node_name="cpu-1", phase="Running", user="bob"),
+        backup_job(),
+    ]
+    decision = Decision(REFUSE, node="cpu-1", reasons=["taint"], holder_pods=holders)
+    facts = messages.holder_facts(decision, "alice", "alice")
+    assert facts == messages.HolderFacts(["", "app"], ["alice-dask-worker"], 1, 1)
+
+
+def test_every_node_state_has_words_as_a_reason_and_as_a_scheduler_fragment():
+    states = set(fit.NODE_STATE_TAINTS.values())  # every state a node's taints tell
+    assert set(messages._NODE_STATE_WORDS) == states
+    assert set(messages._NODE_STATE_FRAGMENT_WORDS) == states
+
+
+def test_every_karpenter_cause_and_pull_cause_has_words():
+    karpenter = {v for k, v in vars(events).items() if k.startswith("KARPENTER_")}
+    causes = {code for _, code in events._KARPENTER_CAUSES}
+    assert causes <= karpenter
+    assert {code for code, _ in messages._KARPENTER_CAUSE_WORDS} == causes
+    assert set(messages._PULL_WORDS) == {events.PULL_NOT_FOUND, events.PULL_DENIED}

@@ -308,6 +308,11 @@ def test_every_plan_action_and_outcome_code_has_words():
     assert set(messages.MIGRATE_OUTCOMES) == set(migrate.OUTCOMES)
 
 
+def test_every_storage_class_problem_and_lease_state_has_words():
+    assert set(messages.STORAGE_CLASS_PROBLEMS) == set(migrate.CLASS_PROBLEMS)
+    assert set(messages.LEASE_TAKEN_OVER) == {migrate.STALE, migrate.GONE}
+
+
 # --------------------------------------------------------------------------------------------------
 # one run at a time per home: the lease
 

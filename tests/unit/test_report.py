@@ -7,7 +7,7 @@ import pytest
 import yaml
 from builders import NAMESPACE, gpu_node, node, pod, pvc, running, state, volume_attachment
 
-from nebari_colocate import report
+from nebari_colocate import messages, report
 from nebari_colocate.placement import Policy, decide
 from nebari_colocate.state import ClusterState
 
@@ -181,11 +181,11 @@ def test_headroom_counts_bound_unfinished_pods_of_the_node():
     ],
 )
 def test_quantities_read_as_a_person_reads_them(resource, units, expect):
-    assert report.quantity(resource, units) == expect
+    assert messages.quantity(resource, units) == expect
 
 
 def test_table_aligns_columns_two_spaces_apart():
-    assert report.table(("A", "LONGER"), [("xyz", "1"), ("", "22")]) == [
+    assert messages.table(("A", "LONGER"), [("xyz", "1"), ("", "22")]) == [
         "  A    LONGER",
         "  xyz  1",
         "       22",
@@ -249,7 +249,7 @@ def test_explain_report_of_a_refused_gpu_lab_names_only_the_users_own_servers():
     }
     assert result["new_server"]["verdict"] == "refuse"
     assert result["new_server"]["replaces"] is None
-    text = report.render_explain(result)
+    text = messages.render_explain(result)
     assert "Starting the default server (the pod in lab.yaml)" in text
     assert "  verdict: refuse on node cpu-1: insufficient:nvidia.com/gpu, node-selector" in text
     assert "stop 'app' first" in text
@@ -284,7 +284,7 @@ def test_explain_report_without_node_access_says_the_headroom_is_unknown():
             "pods_counted": None,
         }
     ]
-    text = report.render_explain(result)
+    text = messages.render_explain(result)
     assert "headroom unknown: nodes are not readable with these credentials" in text
     assert "verdict: colocate on node cpu-1 (unverified)" in text
     assert "claim-alice  ReadWriteOnce  yes        pv-claim-alice  cpu-1      ?" in text
@@ -393,7 +393,7 @@ def test_audit_lists_rwo_user_claims_only_when_told_the_deployment_is_readwritem
     assert audit(*objects, mode="ReadWriteOnce")["rwo_claims"] is None
     result = audit(*objects, mode="ReadWriteMany")
     assert result["rwo_claims_next"] == "nebari-colocate migrate plan"
-    assert "nebari-colocate migrate plan" in report.render_audit(result)
+    assert "nebari-colocate migrate plan" in messages.render_audit(result)
     (claim,) = result["rwo_claims"]
     assert claim == {
         "claim": "claim-alice",
@@ -467,7 +467,7 @@ def test_audit_finds_exclusive_claims_split_over_nodes(
 
 
 def test_audit_text_has_a_section_per_finding():
-    text = report.render_audit(
+    text = messages.render_audit(
         audit(
             gpu_node("gpu-1"),
             pvc("claim-bob"),
