@@ -23,21 +23,15 @@ import contextlib
 import os
 import secrets
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-TESTS_DIR = Path(__file__).resolve().parent
-# tests/ for `builders` and `kube`, the repository root for `benchmarks` (also under the `pytest`
-# script, which does not put the working directory on sys.path)
-for _path in (TESTS_DIR.parent, TESTS_DIR):
-    if str(_path) not in sys.path:
-        sys.path.insert(0, str(_path))
+from tests.support import helpers
+from tests.support.autoscaler import Autoscaler, clear_nodes
+from tests.support.controlplane import CONTROLLERS, ControlPlane, tail
 
-from kube import helpers  # noqa: E402
-from kube.autoscaler import Autoscaler, clear_nodes  # noqa: E402
-from kube.controlplane import CONTROLLERS, ControlPlane, tail  # noqa: E402
+TESTS_DIR = Path(__file__).resolve().parent
 
 BUILD_SCRIPT = TESTS_DIR / "kube" / "build.sh"
 CLUSTER_FIXTURES = frozenset(

@@ -15,9 +15,9 @@ import time
 from datetime import datetime, timezone
 
 import pytest
-from kube.helpers import HOLD  # kwok leaves a bound pod with it Pending
 
 from nebari_colocate.spawner import ColocationRefused
+from tests.support.helpers import HOLD  # kwok leaves a bound pod with it Pending
 
 
 def _now() -> str:

@@ -16,7 +16,12 @@ import time
 from datetime import datetime, timezone
 
 import pytest
-from kube.autoscaler import (
+from kubespawner import KubeSpawner
+
+from nebari_colocate import messages
+from nebari_colocate.events import KARPENTER_FAILED, KARPENTER_SKIPS_PINNED, classify
+from nebari_colocate.spawner import ColocationRefused
+from tests.support.autoscaler import (
     GPU_TAINT,
     NODEPOOL_LABEL,
     describe,
@@ -24,12 +29,7 @@ from kube.autoscaler import (
     nodeclaims,
     wait_for,
 )
-from kube.spawning import legacy_affinity
-from kubespawner import KubeSpawner
-
-from nebari_colocate import messages
-from nebari_colocate.events import KARPENTER_FAILED, KARPENTER_SKIPS_PINNED, classify
-from nebari_colocate.spawner import ColocationRefused
+from tests.support.spawning import legacy_affinity
 
 from .test_spawner_cluster import metric
 

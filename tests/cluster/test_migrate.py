@@ -32,19 +32,18 @@ import threading
 import time
 from pathlib import Path
 
-import builders
 import pytest
 import yaml
-from kube import helpers
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
-from unit.test_copy_home import independent_diff
 
 from nebari_colocate import cli, messages, migrate
 from nebari_colocate.objects import MIGRATION_ANNOTATION, MIGRATION_STALLED_ANNOTATION
 from nebari_colocate.placement import Policy, decide
 from nebari_colocate.spawner import ColocationRefused
 from nebari_colocate.state import ClusterState
+from tests.support import builders, helpers
+from tests.unit.test_copy_home import independent_diff
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 RWO_CLASS = "migrate-test-disk"

@@ -14,10 +14,10 @@ import asyncio
 import time
 
 import pytest
-from kube import helpers
 from kubespawner import KubeSpawner
 
 from nebari_colocate.spawner import ColocationRefused
+from tests.support import helpers
 
 from .test_spawner_cluster import grant_z2jh_hub_role, pod_of
 

@@ -14,11 +14,11 @@ import asyncio
 import logging
 
 import pytest
-from kube import helpers
-from kube.spawning import make_spawner
 
 from nebari_colocate.spawner import ColocatingKubeSpawner
 from nebari_colocate.view import ClusterView
+from tests.support import helpers
+from tests.support.spawning import make_spawner
 
 pytestmark = pytest.mark.faults
 
@@ -239,7 +239,7 @@ VIEW_WATCHES = {"/api/v1/pods", "/apis/storage.k8s.io/v1/volumeattachments"}
 
 
 async def test_a_silent_watch_does_not_hide_a_pod_that_starts_holding_the_home(hub):
-    import builders
+    from tests.support import builders
 
     node = await one_user_on_one_node(hub)
     await hub.create_node(f"{hub.namespace}-n2", cpu="32")  # the scheduler alone would choose it

@@ -6,11 +6,11 @@
 from __future__ import annotations
 
 import pytest
-from builders import NAMESPACE, container, node, pod, pvc, sidecar, state
 
 from nebari_colocate import fit
 from nebari_colocate.placement import Policy, decide
 from nebari_colocate.view import Collection, _claim_keys, _Index, _node_keys, slim_pod
+from tests.support.builders import NAMESPACE, container, node, pod, pvc, sidecar, state
 
 HOME = "claim-alice"
 

@@ -51,10 +51,10 @@ from pathlib import Path
 
 import yaml
 
-from .controlplane import HOST, ControlPlane, _Component, free_port
+from .controlplane import HOST, KUBE_DIR, ControlPlane, _Component, free_port
 from .helpers import CONTROLLER_MANAGED_ATTACH
 
-INSTANCE_TYPES = Path(__file__).parent / "karpenter" / "instance-types.json"
+INSTANCE_TYPES = KUBE_DIR / "karpenter" / "instance-types.json"
 KARPENTER_GROUP = "karpenter.sh"
 KWOK_GROUP = "karpenter.kwok.sh"
 NODEPOOL_LABEL = "karpenter.sh/nodepool"

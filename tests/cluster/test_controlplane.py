@@ -12,8 +12,8 @@ import pytest
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from kube import helpers
-from kube.controlplane import ControlPlane
+from tests.support import helpers
+from tests.support.controlplane import ControlPlane
 
 # zero-to-jupyterhub's hub Role (namespaced only).
 Z2JH_HUB_RULES = [

@@ -18,10 +18,11 @@ import hashlib
 import time
 from collections.abc import Callable, Iterable
 
-import builders
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client import ApiClient
 from kubernetes_asyncio.client.exceptions import ApiException
+
+from tests.support import builders
 
 FAKE_CSI_DRIVER = "csi.colocate.test"
 # Static provisioning (an operator creates the PVs): one class that binds at once, one that waits
