@@ -28,7 +28,7 @@ T = TypeVar("T")
 _NOTHING = object()
 
 
-class WaitTimeout(AssertionError):
+class WaitTimeout(TimeoutError):
     """A ``wait_until`` that gave up: ``what`` it waited for and the ``last`` thing it saw."""
 
     def __init__(self, what: str, timeout: float, last: object, reads: int) -> None:
