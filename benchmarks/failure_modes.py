@@ -4,7 +4,7 @@ stops.
 
 One control plane of tests/kube (etcd, kube-apiserver, kube-scheduler, kube-controller-manager,
 kwok) plus Karpenter with its kwok cloud provider and NodePools ``cpu`` and ``gpu`` (tainted
-``nvidia.com/gpu``), as the cluster tests run it (tests/kube/autoscaler.py). Every user starts
+``nvidia.com/gpu``), as the cluster tests run it (tests/support/autoscaler.py). Every user starts
 with no node: Karpenter launches the nodes the first servers need.
 
 - GPU lab blocked: an app runs on a CPU node; the user starts a GPU profile.

@@ -10,7 +10,7 @@
 - ``kube`` (function, async): a ``Kube`` with an admin ApiClient, a fresh namespace, and factories
   that record what they create so teardown deletes it (and checks the claim invariant).
 - ``autoscaler`` (session): Karpenter with its NodePools, on a control plane of its own
-  (``tests/kube/autoscaler.py``).
+  (``tests/support/autoscaler.py``).
 
 Any test that uses ``kube_bin_dir`` (so any test using ``control_plane`` or ``kube``) gets the
 ``cluster`` marker. A control plane that cannot be built or started fails those tests; it never

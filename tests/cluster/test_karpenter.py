@@ -1,6 +1,6 @@
 """The failure modes with the real autoscaler: stock KubeSpawner against ours, on Karpenter.
 
-Karpenter (its kwok cloud provider, tests/kube/autoscaler.py) runs with two NodePools, ``cpu``
+Karpenter (its kwok cloud provider, tests/support/autoscaler.py) runs with two NodePools, ``cpu``
 and ``gpu`` (tainted ``nvidia.com/gpu=true:NoSchedule``), and adds a node for every pod the
 kube-scheduler cannot place, from the instance types of tests/kube/karpenter/instance-types.json.
 Stock KubeSpawner carries the hard pod affinity deployments use today; ours is
