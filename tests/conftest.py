@@ -150,6 +150,9 @@ class Kube:
     async def cordon(self, name: str) -> dict:
         return await helpers.cordon(self.api_client, name)
 
+    async def cordon_seen_by_scheduler(self, name: str) -> dict:
+        return await helpers.cordon_seen_by_scheduler(self.api_client, self.namespace, name)
+
     async def create_bound_claim(
         self, name: str, access_modes=("ReadWriteOnce",), **kwargs
     ) -> tuple[dict, dict]:

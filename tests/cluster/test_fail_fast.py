@@ -81,7 +81,7 @@ async def test_pinned_pod_made_unschedulable_after_the_decision_fails_on_the_sch
     async def cordon_after_the_decision(spawner, pod):
         # Runs after get_pod_manifest (the decision said: fits on the pinned node) and before the
         # pod is created: the node is cordoned in between, as an operator draining it would.
-        await kube.cordon(pinned)
+        await kube.cordon_seen_by_scheduler(pinned)
         return pod
 
     app = spawners.make("alice", "app", modify_pod_hook=cordon_after_the_decision)

@@ -197,7 +197,7 @@ async def test_karpenter_skipping_a_pinned_pod_is_no_verdict_the_scheduler_decid
     async def cordon_after_the_decision(spawner, pod):
         # After the decision (fits on the lab's node), before the pod exists: an operator
         # cordons the node. The pod is pinned there by matchFields, which Karpenter ignores.
-        await kube.cordon(node["metadata"]["name"])
+        await kube.cordon_seen_by_scheduler(node["metadata"]["name"])
         return pod
 
     app = spawners.make(

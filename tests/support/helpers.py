@@ -176,6 +176,64 @@ async def cordon(api, name: str) -> dict:
     return to_dict(api, node)
 
 
+async def cordon_seen_by_scheduler(api, namespace: str, name: str, timeout: float = 30) -> dict:
+    """Cordon the Node and wait until kube-scheduler has seen the cordon; return the Node.
+
+    kube-scheduler's node and pod informers are separate watches: a pod created right after a
+    cordon can reach it before the cordon does and be bound to the cordoned node (seen under
+    load). The barrier: a canary pod that only that node could take, created after the cordon,
+    until the scheduler says the node is unschedulable (a canary bound in the race is deleted
+    and another one tried).
+    """
+    node = await cordon(api, name)
+    core = _core(api)
+    deadline = time.monotonic() + timeout
+    attempt = 0
+
+    async def verdict(canary: str) -> str | None:
+        pod = to_dict(api, await core.read_namespaced_pod(canary, namespace))
+        if (pod.get("spec") or {}).get("nodeName"):
+            return "bound"
+        selector = f"involvedObject.name={canary},reason=FailedScheduling"
+        events = await core.list_namespaced_event(namespace, field_selector=selector)
+        if any("were unschedulable" in (e.message or "") for e in events.items):
+            return "unschedulable"
+        return None
+
+    while True:
+        attempt += 1
+        canary = f"cordon-canary-{attempt}-{hashlib.sha1(name.encode()).hexdigest()[:6]}"
+        # pinned by matchFields (metadata.name), as the spawner pins: Karpenter leaves such a
+        # pod alone, so the canary never makes it launch a node
+        pinned = {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [
+                        {
+                            "matchFields": [
+                                {"key": "metadata.name", "operator": "In", "values": [name]}
+                            ]
+                        }
+                    ]
+                }
+            }
+        }
+        await core.create_namespaced_pod(
+            namespace, builders.kube_pod(canary, spec_fields={"affinity": pinned})
+        )
+        try:
+            seen = await wait_until(
+                lambda canary=canary: verdict(canary),
+                timeout=max(0.0, deadline - time.monotonic()),
+                what=f"kube-scheduler to see node {name} cordoned",
+                interval=POLL,
+            )
+        finally:
+            await _ignore_404(core.delete_namespaced_pod(canary, namespace, grace_period_seconds=0))
+        if seen == "unschedulable":
+            return node
+
+
 async def delete_nodes(api, names: Iterable[str], timeout: float = 30) -> None:
     """Delete Nodes and wait until they are gone."""
     core = _core(api)
