@@ -3,8 +3,8 @@ and real KubeSpawner / ColocatingKubeSpawner objects built outside JupyterHub.
 
 The control plane is the one the cluster tests use (``tests/kube``: etcd, kube-apiserver,
 kube-scheduler, kube-controller-manager and kwok built from their upstream Go modules, loopback
-only); ``tests`` is put on ``sys.path`` so its modules import as ``kube.controlplane`` and
-``kube.helpers``.
+only), from the test-support package ``tests.support``. Benchmarks run from the repository root
+as ``python -m benchmarks.<name>``.
 """
 
 from __future__ import annotations
@@ -15,19 +15,16 @@ import platform
 import re
 import ssl
 import subprocess
-import sys
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
+from tests.support import helpers, spawning
+from tests.support.controlplane import CONTROLLERS, ControlPlane
+from tests.support.spawning import stop_reflectors
+
 ROOT = Path(__file__).resolve().parent.parent
 TESTS_DIR = ROOT / "tests"
-if str(TESTS_DIR) not in sys.path:
-    sys.path.insert(0, str(TESTS_DIR))
-
-from kube import helpers, spawning  # noqa: E402
-from kube.controlplane import CONTROLLERS, ControlPlane  # noqa: E402
-from kube.spawning import stop_reflectors  # noqa: E402
 
 BUILD_SCRIPT = TESTS_DIR / "kube" / "build.sh"
 FROZEN_STATE_CONTROLLERS = tuple(c for c in CONTROLLERS if c != "attachdetach")

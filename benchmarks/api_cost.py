@@ -19,7 +19,7 @@ Measured twice, with the two permission sets a hub has: zero-to-jupyterhub's hub
 optional ClusterRole of examples/rbac.yaml, and the hub Role alone.  The spawners talk to the API
 as a user bound to exactly those roles.
 
-    python benchmarks/api_cost.py [--spawns 20]
+    python -m benchmarks.api_cost [--spawns 20]
 
 Last line: ``api requests per spawn: clusterrole stock=X colocate=Y (+D); z2jh-role ...``.
 """
@@ -29,12 +29,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
-from pathlib import Path
 
-if __package__ in (None, ""):
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-import _cluster
+from benchmarks import _cluster
 
 EXCLUDED_RESOURCES = {"", "leases"}
 

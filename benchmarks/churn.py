@@ -16,7 +16,7 @@ end), and the duration of every pre-spawn check.
 Last line: ``churn: <spawns> spawns, <started> started, <refused> refused with a reason,
 <errors> errors, <split> split claims, <orphans> orphans, check p99=<ms> ms``.
 
-    python benchmarks/churn.py [--users 100] [--rounds 4] [--toggle 0.5] [--concurrency 25]
+    python -m benchmarks.churn [--users 100] [--rounds 4] [--toggle 0.5] [--concurrency 25]
 """
 
 from __future__ import annotations
@@ -30,12 +30,8 @@ import secrets
 import statistics
 import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-import _cluster
-
+from benchmarks import _cluster
 from nebari_colocate.spawner import ColocatingKubeSpawner, ColocationRefused
 
 SERVERS = ("", "app1", "app2")

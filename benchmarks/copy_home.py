@@ -9,7 +9,7 @@ pays a round trip per file operation on top (see docs/migrate.md).
 Prints the tree, then one summary line last:
 ``copy-home: N entries, B MB copied and verified in S s (F files/s)``.
 
-    python benchmarks/copy_home.py [--files 30000] [--big-mb 50] [--dir DIR]
+    python -m benchmarks.copy_home [--files 30000] [--big-mb 50] [--dir DIR]
 """
 
 from __future__ import annotations

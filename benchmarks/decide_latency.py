@@ -19,7 +19,7 @@ KubeSpawner's reflectors and once with ours (reflectors + live view), each in a 
 Prints one line per size and per measure; the last line is the headline:
 ``decide p50=… p99=… ms (pods=10000 nodes=1000)``.
 
-    python benchmarks/decide_latency.py [--spawns 2000] [--seed 1] [--spawner-check]
+    python -m benchmarks.decide_latency [--spawns 2000] [--seed 1] [--spawner-check]
 """
 
 from __future__ import annotations
@@ -33,12 +33,10 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))  # the test builders
-import builders
-
 from nebari_colocate.affinity import apply_decision
 from nebari_colocate.placement import Policy, decide
 from nebari_colocate.state import ClusterState
+from tests.support import builders
 
 
 def build_objects(pods: int, nodes: int, rng: random.Random) -> list[dict]:
@@ -143,8 +141,9 @@ async def _create_all(bodies, create, limit: int = 32) -> None:
 
 async def _load_cluster(cp, objects) -> None:
     """Create the state's namespaces, nodes, the checked users' claims and every pod."""
-    import _cluster
     from kubernetes_asyncio import client
+
+    from benchmarks import _cluster
 
     admin = await _cluster.admin_client(cp)
     try:
@@ -187,8 +186,9 @@ async def _load_cluster(cp, objects) -> None:
 
 
 async def _checked_spawners(cls) -> list:
-    import _cluster
     from kubespawner import KubeSpawner
+
+    from benchmarks import _cluster
 
     spawners = []
     for user in range(CHECKED_USERS):
@@ -201,8 +201,7 @@ async def _checked_spawners(cls) -> list:
 async def spawner_check(pods: int, nodes: int, samples: int) -> list[str]:
     """p50/p99 of ColocatingKubeSpawner.colocation_decide against a real apiserver (the dry
     run's round trip apart), and the hub's resident memory, stock and ours, with the state."""
-    import _cluster
-
+    from benchmarks import _cluster
     from nebari_colocate import ColocatingKubeSpawner
 
     objects = build_objects(pods, nodes, random.Random(pods * 7 + nodes))
@@ -279,7 +278,6 @@ def _rss_probe(kubeconfig: str, which: str) -> float:
     """The resident memory (MiB) of a fresh hub-like process once KubeSpawner's reflectors (and,
     for ``colocate``, the live view) hold the state: a child process per measurement."""
     import subprocess
-    import sys
 
     result = subprocess.run(
         [sys.executable, __file__, "--rss-probe", which, "--kubeconfig", kubeconfig],
@@ -294,7 +292,6 @@ def _rss_probe(kubeconfig: str, which: str) -> float:
 
 
 def _rss_mib() -> float:
-    from pathlib import Path
 
     for line in Path("/proc/self/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
@@ -307,9 +304,9 @@ async def rss_probe(kubeconfig: str, which: str) -> None:
     import gc
     import logging
 
-    import _cluster
     from kubespawner import KubeSpawner
 
+    from benchmarks import _cluster
     from nebari_colocate import ColocatingKubeSpawner
 
     logging.getLogger("traitlets").setLevel(logging.ERROR)

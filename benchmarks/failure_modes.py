@@ -4,7 +4,7 @@ stops.
 
 One control plane of tests/kube (etcd, kube-apiserver, kube-scheduler, kube-controller-manager,
 kwok) plus Karpenter with its kwok cloud provider and NodePools ``cpu`` and ``gpu`` (tainted
-``nvidia.com/gpu``), as the cluster tests run it (tests/kube/autoscaler.py). Every user starts
+``nvidia.com/gpu``), as the cluster tests run it (tests/support/autoscaler.py). Every user starts
 with no node: Karpenter launches the nodes the first servers need.
 
 - GPU lab blocked: an app runs on a CPU node; the user starts a GPU profile.
@@ -21,7 +21,7 @@ starts on the GPU node and keeps it: its node-seconds are the observation window
 fourth mode) refuses before the pod exists, or ends the spawn on Karpenter's event; its GPU node
 is consolidated once the lab stops.
 
-    python benchmarks/failure_modes.py [--window 90] [--stock-timeout 15]
+    python -m benchmarks.failure_modes [--window 90] [--stock-timeout 15]
 
 Last line: ``failure-modes: verdict stock=<s> ours=<s>; gpu-node-seconds stock=<s> ours=<s>``
 (ours: the slowest verdict over the modes).
@@ -34,14 +34,10 @@ import asyncio
 import contextlib
 import sys
 import time
-from pathlib import Path
 
-if __package__ in (None, ""):
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-import _cluster
-from kube.autoscaler import DO_NOT_DISRUPT, Autoscaler, clear_nodes, karpenter_nodes
-from kube.spawning import legacy_affinity
+from benchmarks import _cluster
+from tests.support.autoscaler import DO_NOT_DISRUPT, Autoscaler, clear_nodes, karpenter_nodes
+from tests.support.spawning import legacy_affinity
 
 Z2JH_START_TIMEOUT = 300
 GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}

@@ -18,7 +18,7 @@ Three parts:
 Last line: ``hostile inputs: worst=… ms (<case>) in the hub's pure core over N cases; readers
 worst=… ms; 20000-pod dump (… MB): … s, … MB peak``.
 
-    python benchmarks/hostile_inputs.py [--pods 20000] [--repeat 5]
+    python -m benchmarks.hostile_inputs [--pods 20000] [--repeat 5]
 """
 
 from __future__ import annotations
@@ -37,13 +37,11 @@ from pathlib import Path
 
 import yaml
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))  # the test builders
-import builders
-
 from nebari_colocate import cli, events, messages, quantity
 from nebari_colocate.affinity import apply_decision
 from nebari_colocate.placement import REFUSE, Policy, decide
 from nebari_colocate.state import ClusterState
+from tests.support import builders
 
 NAMESPACE = "dev"
 HOSTILE_QUANTITIES = {

@@ -13,7 +13,7 @@ in the third mode it starts the app on the GPU node instead and there is no verd
 node is kept alive).  ColocatingKubeSpawner refuses in its pre-spawn check, before the PVC or the
 pod is created.  The spawn request is ``spawner.start()``; the reason is the exception it raises.
 
-    python benchmarks/time_to_verdict.py [--stock-timeout 10] [--repeat 3]
+    python -m benchmarks.time_to_verdict [--stock-timeout 10] [--repeat 3]
 
 Last line: ``time-to-verdict: colocate=… s stock=start_timeout (300 s) ratio=…x`` (colocate: the
 slowest refusal over all modes and repeats).
@@ -27,13 +27,9 @@ import contextlib
 import statistics
 import sys
 import time
-from pathlib import Path
 
-if __package__ in (None, ""):
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-import _cluster
-from kube.spawning import legacy_affinity
+from benchmarks import _cluster
+from tests.support.spawning import legacy_affinity
 
 Z2JH_START_TIMEOUT = 300
 GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}

@@ -10,7 +10,7 @@
 - ``kube`` (function, async): a ``Kube`` with an admin ApiClient, a fresh namespace, and factories
   that record what they create so teardown deletes it (and checks the claim invariant).
 - ``autoscaler`` (session): Karpenter with its NodePools, on a control plane of its own
-  (``tests/kube/autoscaler.py``).
+  (``tests/support/autoscaler.py``).
 
 Any test that uses ``kube_bin_dir`` (so any test using ``control_plane`` or ``kube``) gets the
 ``cluster`` marker. A control plane that cannot be built or started fails those tests; it never
@@ -23,21 +23,15 @@ import contextlib
 import os
 import secrets
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-TESTS_DIR = Path(__file__).resolve().parent
-# tests/ for `builders` and `kube`, the repository root for `benchmarks` (also under the `pytest`
-# script, which does not put the working directory on sys.path)
-for _path in (TESTS_DIR.parent, TESTS_DIR):
-    if str(_path) not in sys.path:
-        sys.path.insert(0, str(_path))
+from tests.support import helpers
+from tests.support.autoscaler import Autoscaler, clear_nodes
+from tests.support.controlplane import CONTROLLERS, ControlPlane, tail
 
-from kube import helpers  # noqa: E402
-from kube.autoscaler import Autoscaler, clear_nodes  # noqa: E402
-from kube.controlplane import CONTROLLERS, ControlPlane, tail  # noqa: E402
+TESTS_DIR = Path(__file__).resolve().parent
 
 BUILD_SCRIPT = TESTS_DIR / "kube" / "build.sh"
 CLUSTER_FIXTURES = frozenset(
@@ -155,6 +149,9 @@ class Kube:
 
     async def cordon(self, name: str) -> dict:
         return await helpers.cordon(self.api_client, name)
+
+    async def cordon_seen_by_scheduler(self, name: str) -> dict:
+        return await helpers.cordon_seen_by_scheduler(self.api_client, self.namespace, name)
 
     async def create_bound_claim(
         self, name: str, access_modes=("ReadWriteOnce",), **kwargs

@@ -40,9 +40,6 @@ verdict and compares it with the decision, :mod:`.run` drives the control plane 
 
 from __future__ import annotations
 
-# _cluster first: it puts tests/ on sys.path (the builders and tests/kube import from there).
-from benchmarks import _cluster  # noqa: F401
-
 from .run import Outcome, Result, run_agreement, summary
 
 __all__ = ["Outcome", "Result", "run_agreement", "summary"]

@@ -10,9 +10,6 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from builders import KUBE_IMAGE, container
-from builders import pod as build_pod
-
 from nebari_colocate import fit
 from nebari_colocate.config import DEFAULT_LABEL_KEY
 from nebari_colocate.objects import (
@@ -22,6 +19,8 @@ from nebari_colocate.objects import (
     USERNAME_ANNOTATION,
     USERNAME_LABEL,
 )
+from tests.support.builders import KUBE_IMAGE, container
+from tests.support.builders import pod as build_pod
 
 LABEL_KEY = DEFAULT_LABEL_KEY
 USER = "alice"

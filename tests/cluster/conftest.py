@@ -10,10 +10,10 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from kube.spawning import make_spawner, stop_reflectors
 from traitlets.config import Config
 
 from nebari_colocate import ColocatingKubeSpawner
+from tests.support.spawning import make_spawner, stop_reflectors
 
 
 class Spawners:

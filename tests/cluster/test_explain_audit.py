@@ -14,11 +14,10 @@ import secrets
 import shutil
 from pathlib import Path
 
-import builders
 import yaml
-from kube import helpers
 
 from nebari_colocate import cli, kubeapi
+from tests.support import builders, helpers
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}

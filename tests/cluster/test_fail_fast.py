@@ -15,9 +15,10 @@ import time
 from datetime import datetime, timezone
 
 import pytest
-from kube.helpers import HOLD  # kwok leaves a bound pod with it Pending
 
 from nebari_colocate.spawner import ColocationRefused
+from tests.support.helpers import HOLD  # kwok leaves a bound pod with it Pending
+from tests.support.waiting import wait_until
 
 
 def _now() -> str:
@@ -52,13 +53,14 @@ async def emit_event(
 
 
 async def wait_for_pod(kube, name: str, timeout: float = 20) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        pods = await kube.core.list_namespaced_pod(kube.namespace)
-        if any(p.metadata.name == name for p in pods.items):
-            return
-        await asyncio.sleep(0.1)
-    raise AssertionError(f"pod {name} never appeared")
+    await wait_until(
+        lambda: kube.core.list_namespaced_pod(kube.namespace),
+        until=lambda pods: any(p.metadata.name == name for p in pods.items),
+        timeout=timeout,
+        what=f"pod {name} created",
+        seen=lambda pods: sorted(p.metadata.name for p in pods.items),
+        interval=0.1,
+    )
 
 
 async def assert_pod_gone(kube, name: str) -> None:
@@ -79,7 +81,7 @@ async def test_pinned_pod_made_unschedulable_after_the_decision_fails_on_the_sch
     async def cordon_after_the_decision(spawner, pod):
         # Runs after get_pod_manifest (the decision said: fits on the pinned node) and before the
         # pod is created: the node is cordoned in between, as an operator draining it would.
-        await kube.cordon(pinned)
+        await kube.cordon_seen_by_scheduler(pinned)
         return pod
 
     app = spawners.make("alice", "app", modify_pod_hook=cordon_after_the_decision)

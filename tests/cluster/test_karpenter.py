@@ -1,6 +1,6 @@
 """The failure modes with the real autoscaler: stock KubeSpawner against ours, on Karpenter.
 
-Karpenter (its kwok cloud provider, tests/kube/autoscaler.py) runs with two NodePools, ``cpu``
+Karpenter (its kwok cloud provider, tests/support/autoscaler.py) runs with two NodePools, ``cpu``
 and ``gpu`` (tainted ``nvidia.com/gpu=true:NoSchedule``), and adds a node for every pod the
 kube-scheduler cannot place, from the instance types of tests/kube/karpenter/instance-types.json.
 Stock KubeSpawner carries the hard pod affinity deployments use today; ours is
@@ -16,7 +16,12 @@ import time
 from datetime import datetime, timezone
 
 import pytest
-from kube.autoscaler import (
+from kubespawner import KubeSpawner
+
+from nebari_colocate import messages
+from nebari_colocate.events import KARPENTER_FAILED, KARPENTER_SKIPS_PINNED, classify
+from nebari_colocate.spawner import ColocationRefused
+from tests.support.autoscaler import (
     GPU_TAINT,
     NODEPOOL_LABEL,
     describe,
@@ -24,12 +29,7 @@ from kube.autoscaler import (
     nodeclaims,
     wait_for,
 )
-from kube.spawning import legacy_affinity
-from kubespawner import KubeSpawner
-
-from nebari_colocate import messages
-from nebari_colocate.events import KARPENTER_FAILED, KARPENTER_SKIPS_PINNED, classify
-from nebari_colocate.spawner import ColocationRefused
+from tests.support.spawning import legacy_affinity
 
 from .test_spawner_cluster import metric
 
@@ -197,7 +197,7 @@ async def test_karpenter_skipping_a_pinned_pod_is_no_verdict_the_scheduler_decid
     async def cordon_after_the_decision(spawner, pod):
         # After the decision (fits on the lab's node), before the pod exists: an operator
         # cordons the node. The pod is pinned there by matchFields, which Karpenter ignores.
-        await kube.cordon(node["metadata"]["name"])
+        await kube.cordon_seen_by_scheduler(node["metadata"]["name"])
         return pod
 
     app = spawners.make(

@@ -14,11 +14,11 @@ import asyncio
 import time
 
 import pytest
-from kube.autoscaler import DO_NOT_DISRUPT, karpenter_nodes, metric, nodeclaims, wait_for
-from kube.spawning import legacy_affinity
 from kubespawner import KubeSpawner
 
 from nebari_colocate.spawner import ColocationRefused
+from tests.support.autoscaler import DO_NOT_DISRUPT, karpenter_nodes, metric, nodeclaims, wait_for
+from tests.support.spawning import legacy_affinity
 
 from .test_karpenter import GPU_PROFILE, GPU_TOLERATION, START_TIMEOUT, node_of, start_running
 

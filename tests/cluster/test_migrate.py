@@ -32,19 +32,19 @@ import threading
 import time
 from pathlib import Path
 
-import builders
 import pytest
 import yaml
-from kube import helpers
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
-from unit.test_copy_home import independent_diff
 
 from nebari_colocate import cli, messages, migrate
 from nebari_colocate.objects import MIGRATION_ANNOTATION, MIGRATION_STALLED_ANNOTATION
 from nebari_colocate.placement import Policy, decide
 from nebari_colocate.spawner import ColocationRefused
 from nebari_colocate.state import ClusterState
+from tests.support import builders, helpers
+from tests.support.waiting import wait_until
+from tests.unit.test_copy_home import independent_diff
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 RWO_CLASS = "migrate-test-disk"
@@ -233,14 +233,15 @@ async def create_volume(
 
 
 async def wait_bound(kube, claim: str, timeout: float = 30) -> dict:
-    deadline = time.monotonic() + timeout
-    while True:
-        pvc = await kube.core.read_namespaced_persistent_volume_claim(claim, kube.namespace)
-        if pvc.status.phase == "Bound":
-            return kube.api_client.sanitize_for_serialization(pvc)
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"claim {claim} not bound after {timeout} s ({pvc.status.phase})")
-        await asyncio.sleep(0.1)
+    pvc = await wait_until(
+        lambda: kube.core.read_namespaced_persistent_volume_claim(claim, kube.namespace),
+        until=lambda pvc: pvc.status.phase == "Bound",
+        timeout=timeout,
+        what=f"claim {claim} Bound",
+        seen=lambda pvc: pvc.status.phase,
+        interval=0.1,
+    )
+    return kube.api_client.sanitize_for_serialization(pvc)
 
 
 class Deployment:
@@ -357,14 +358,14 @@ class Deployment:
         )
 
     async def wait_released(self, user: str, timeout: float = 30):
-        deadline = time.monotonic() + timeout
-        while True:
-            old = await self.kube.core.read_persistent_volume(self.old[user])
-            if old.status.phase == "Released":
-                return old
-            if time.monotonic() > deadline:
-                raise AssertionError(f"old volume {old.metadata.name} is {old.status.phase}")
-            await asyncio.sleep(0.1)
+        return await wait_until(
+            lambda: self.kube.core.read_persistent_volume(self.old[user]),
+            until=lambda old: old.status.phase == "Released",
+            timeout=timeout,
+            what=f"old volume {self.old[user]} Released",
+            seen=lambda old: old.status.phase,
+            interval=0.1,
+        )
 
     async def assert_untouched(self, user: str):
         """claim-{user} still on the old volume, unmarked, usable."""

@@ -13,12 +13,12 @@ import logging
 import os
 import signal
 
-import builders
 from traitlets.config import Config
 
 from nebari_colocate.affinity import apply_decision
 from nebari_colocate.spawner import ColocatingKubeSpawner
 from nebari_colocate.view import ClusterView, DirectReader
+from tests.support import builders
 
 from .test_view import manifest_of, wait_until
 

@@ -14,10 +14,11 @@ import asyncio
 import time
 
 import pytest
-from kube import helpers
 from kubespawner import KubeSpawner
 
 from nebari_colocate.spawner import ColocationRefused
+from tests.support import helpers
+from tests.support.waiting import wait_until
 
 from .test_spawner_cluster import grant_z2jh_hub_role, pod_of
 
@@ -36,14 +37,15 @@ async def two_nodes_and_a_home(kube, storage_class=helpers.IMMEDIATE_CLASS) -> N
 async def attach_events(kube, pod_name: str, timeout: float = 30) -> list[str]:
     """The FailedAttachVolume messages about the pod, once there is at least one."""
     selector = f"involvedObject.name={pod_name},reason=FailedAttachVolume"
-    deadline = time.monotonic() + timeout
-    while True:
-        events = await kube.core.list_namespaced_event(kube.namespace, field_selector=selector)
-        if events.items:
-            return [e.message for e in events.items]
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"no FailedAttachVolume event for {pod_name} in {timeout} s")
-        await asyncio.sleep(0.1)
+    events = await wait_until(
+        lambda: kube.core.list_namespaced_event(kube.namespace, field_selector=selector),
+        until=lambda events: bool(events.items),
+        timeout=timeout,
+        what=f"a FailedAttachVolume event for {pod_name}",
+        seen=lambda events: "no such event",
+        interval=0.1,
+    )
+    return [e.message for e in events.items]
 
 
 async def no_attach_failures(kube) -> bool:

@@ -16,12 +16,12 @@ import signal
 import time
 from pathlib import Path
 
-import builders
 import pytest
 import yaml
 
 from nebari_colocate.spawner import ColocationRefused
 from nebari_colocate.view import ClusterView
+from tests.support import builders
 
 from .test_spawner_cluster import grant_z2jh_hub_role, metric, pod_of
 
@@ -272,7 +272,7 @@ async def test_a_runtime_class_with_overhead_is_judged_as_the_scheduler_judges_i
 
 
 async def test_a_holder_on_a_deleted_node_is_refused_as_node_not_found(kube, spawners):
-    from kube import helpers
+    from tests.support import helpers
 
     await kube.create_node("node-a", cpu="16")
     await kube.create_node("spot-1", cpu="16")
@@ -307,8 +307,8 @@ async def _other_namespace(kube, suffix: str) -> str:
 
 
 async def _drop_namespace(kube, namespace: str) -> None:
-    from kube import helpers
-    from kube.spawning import stop_reflectors
+    from tests.support import helpers
+    from tests.support.spawning import stop_reflectors
 
     await stop_reflectors(namespace)
     await helpers.cleanup(kube.api_client, namespace)
@@ -316,7 +316,7 @@ async def _drop_namespace(kube, namespace: str) -> None:
 
 
 async def test_the_same_disk_held_in_another_namespace_through_a_second_pv_pins(kube, spawners):
-    from kube import helpers
+    from tests.support import helpers
 
     await kube.create_node("node-a", cpu="16")  # the scheduler alone would choose node-a
     await kube.create_node("node-b", cpu="4")
@@ -376,7 +376,7 @@ async def test_the_same_disk_held_in_another_namespace_through_a_second_pv_pins(
 
 
 async def test_servers_in_many_namespaces_share_one_set_of_cluster_wide_watches(kube, spawners):
-    from kube import helpers
+    from tests.support import helpers
 
     await kube.create_node("node-a", cpu="16")
     users = ["alice", "bob", "carol"]

@@ -22,6 +22,7 @@ import json
 import time
 
 from nebari_colocate.spawner import ColocationRefused
+from tests.support.waiting import wait_until
 
 from .test_real_attach import home_pv
 
@@ -37,14 +38,18 @@ async def _events_of(kube, kind: str, name: str) -> list:
 
 
 async def _wait_for_event(kube, kind: str, name: str, reason: str, timeout: float = 30) -> list:
-    deadline = time.monotonic() + timeout
-    while True:
-        found = [e for e in await _events_of(kube, kind, name) if e.reason == reason]
-        if found:
-            return found
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"no {reason} event for {kind} {name} in {timeout} s")
-        await asyncio.sleep(0.1)
+    async def read() -> list:
+        return await _events_of(kube, kind, name)
+
+    events = await wait_until(
+        read,
+        until=lambda events: any(e.reason == reason for e in events),
+        timeout=timeout,
+        what=f"a {reason} event for {kind} {name}",
+        seen=lambda events: sorted({e.reason for e in events}),
+        interval=0.1,
+    )
+    return [e for e in events if e.reason == reason]
 
 
 async def _start_and_follow(spawners, spawner) -> tuple[Exception | None, list[dict]]:

@@ -24,7 +24,8 @@ from urllib.parse import urlsplit
 
 import jupyterhub
 import pytest
-from kube.controlplane import tail
+
+from tests.support.controlplane import tail
 
 from .harness import Hub
 

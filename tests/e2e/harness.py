@@ -30,7 +30,8 @@ from pathlib import Path
 from urllib.parse import quote
 
 import aiohttp
-from kube.controlplane import free_port, tail
+
+from tests.support.controlplane import free_port, tail
 
 HERE = Path(__file__).resolve().parent
 CONFIG_FILE = HERE / "jupyterhub_config.py"

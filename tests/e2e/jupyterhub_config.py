@@ -111,9 +111,18 @@ if mode:
     # jhub-apps' service takes ~5 s of CPU per worker, two workers by default: one, on 2 cores.
     c.JAppsConfig.service_workers = 1
     if mode == "data-science-pack":
+        import importlib.util
+
         here = Path(__file__).resolve().parent
-        sys.path.insert(0, str(here / "data_science_pack"))
-        from z2jh import get_chart_config, get_config  # the shim: tests/e2e/data_science_pack
+        # the shim of zero-to-jupyterhub's `z2jh` module (tests/e2e/data_science_pack/z2jh.py),
+        # importable as `z2jh` as in the hub image, without a sys.path entry
+        shim = here / "data_science_pack" / "z2jh.py"
+        spec = importlib.util.spec_from_file_location("z2jh", shim)
+        assert spec is not None and spec.loader is not None
+        z2jh = importlib.util.module_from_spec(spec)
+        sys.modules["z2jh"] = z2jh
+        spec.loader.exec_module(z2jh)
+        get_chart_config, get_config = z2jh.get_chart_config, z2jh.get_config
 
         for name in ("01-spawner.py", "02-jhub-apps.py"):
             path = here / "data_science_pack" / name

@@ -15,7 +15,7 @@ JupyterHub inserts ``html_message`` as raw HTML: the escaping is the spawner's.
 
 from __future__ import annotations
 
-import builders
+from tests.support import builders
 
 from .browser import log_in, request_from_spawn_page, screenshot, wait_for_verdict
 from .conftest import JUPYTERHUB_MAJOR

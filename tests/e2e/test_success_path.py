@@ -5,7 +5,7 @@ from __future__ import annotations
 import ipaddress
 from urllib.parse import quote
 
-from kube import helpers
+from tests.support import helpers
 
 
 async def user_pods(kube, username: str) -> dict[str, dict]:

@@ -24,18 +24,16 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import builders
-
 # What a JupyterHub process has imported before its loop serves a spawn (its handlers and
 # metrics); imported lazily inside the loop, they cost the first refusal half a second of CPU.
 import jupyterhub.apihandlers  # noqa: F401
 import prometheus_client  # noqa: F401
 import pytest
-from kube import helpers
-from kube.controlplane import ControlPlane
-from kube.spawning import make_spawner, stop_reflectors
 
 from nebari_colocate.spawner import ColocatingKubeSpawner, ColocationRefused, KubernetesApiFault
+from tests.support import builders, helpers
+from tests.support.controlplane import ControlPlane
+from tests.support.spawning import make_spawner, stop_reflectors
 
 from .proxy import FaultProxy
 

@@ -44,11 +44,11 @@ async def spawn(spawner, user: str, server: str) -> None:
 
 
 async def main(kubeconfig: str, namespace: str) -> None:
-    from kube.spawning import make_spawner
     from kubernetes_asyncio import config
     from kubernetes_asyncio.config import kube_config
 
     from nebari_colocate.spawner import ColocatingKubeSpawner
+    from tests.support.spawning import make_spawner
 
     # KubeSpawner's shared client reads the default kubeconfig: point it at the proxy.
     kube_config.KUBE_CONFIG_DEFAULT_LOCATION = kubeconfig

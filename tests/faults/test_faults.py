@@ -14,11 +14,12 @@ import asyncio
 import logging
 
 import pytest
-from kube import helpers
-from kube.spawning import make_spawner
 
 from nebari_colocate.spawner import ColocatingKubeSpawner
 from nebari_colocate.view import ClusterView
+from tests.support import helpers
+from tests.support.spawning import make_spawner
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.faults
 
@@ -239,7 +240,7 @@ VIEW_WATCHES = {"/api/v1/pods", "/apis/storage.k8s.io/v1/volumeattachments"}
 
 
 async def test_a_silent_watch_does_not_hide_a_pod_that_starts_holding_the_home(hub):
-    import builders
+    from tests.support import builders
 
     node = await one_user_on_one_node(hub)
     await hub.create_node(f"{hub.namespace}-n2", cpu="32")  # the scheduler alone would choose it
@@ -295,13 +296,13 @@ async def test_a_two_second_api_restart_during_the_check_does_not_fail_the_spawn
 
 
 async def wait_for_pods(hub, names: set[str], timeout: float = 30.0) -> dict[str, dict]:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while True:
-        pods = await hub.pods()
-        if names <= set(pods):
-            return pods
-        assert asyncio.get_running_loop().time() < deadline, f"no pods {sorted(names - set(pods))}"
-        await asyncio.sleep(0.2)
+    return await wait_until(
+        hub.pods,
+        until=lambda pods: names <= set(pods),
+        timeout=timeout,
+        what=f"pods {sorted(names)}",
+        seen=lambda pods: {"missing": sorted(names - set(pods))},
+    )
 
 
 async def test_a_hub_killed_while_spawns_are_pending_leaves_nothing_the_next_hub_cannot_take_over(

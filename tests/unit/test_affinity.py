@@ -5,11 +5,11 @@ from __future__ import annotations
 import copy
 
 import pytest
-from builders import expr, gpu_node, name_is, node, pod, required_affinity, term
 
 from nebari_colocate import fit
 from nebari_colocate.affinity import apply_decision, user_colocation_keys
 from nebari_colocate.placement import Decision
+from tests.support.builders import expr, gpu_node, name_is, node, pod, required_affinity, term
 
 KEY, VALUE = "nebari.dev/colocate-user", "alice"
 OUR_TERM = {"labelSelector": {"matchLabels": {KEY: VALUE}}, "topologyKey": "kubernetes.io/hostname"}

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-from builders import node, pod, pvc, running
 
 from nebari_colocate import cli, dumps, kubeapi, validate
+from tests.support.builders import node, pod, pvc, running
 
 SCENARIOS = Path(__file__).resolve().parents[2] / "examples" / "scenarios"
 ENTRY_POINT = Path(sys.executable).with_name("nebari-colocate")

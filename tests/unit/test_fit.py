@@ -10,7 +10,9 @@ from __future__ import annotations
 from decimal import Decimal
 
 import pytest
-from builders import (
+
+from nebari_colocate import fit
+from tests.support.builders import (
     container,
     expr,
     gpu_node,
@@ -25,8 +27,6 @@ from builders import (
     term,
     toleration,
 )
-
-from nebari_colocate import fit
 
 GiB = 2**30
 MiB = 2**20

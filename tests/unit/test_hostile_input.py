@@ -14,13 +14,13 @@ import functools
 
 import pytest
 import yaml
-from builders import container, node, pod, pvc, running
-from builders import state as make_state
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from nebari_colocate import dumps, messages, state, validate
 from nebari_colocate.placement import REFUSE, Decision, Policy, decide
+from tests.support.builders import container, node, pod, pvc, running
+from tests.support.builders import state as make_state
 
 # --------------------------------------------------------------------------------------------------
 # the pure core on numbers that make no sense: reported, never computed for seconds

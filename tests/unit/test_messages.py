@@ -7,11 +7,11 @@ import re
 from datetime import datetime
 
 import pytest
-from builders import gpu_node, node, pod, pvc, state, taint, volume_attachment
 
 from nebari_colocate import events, fit, messages
 from nebari_colocate.events import FAIL, IMAGE_BAD_NAME, IMAGE_INVALID, EventVerdict
 from nebari_colocate.placement import REASON_CODES, REFUSE, Decision, Policy, decide
+from tests.support.builders import gpu_node, node, pod, pvc, state, taint, volume_attachment
 
 HOME = "claim-alice"
 CPU = {"nebari.dev/node-type": "cpu"}

@@ -8,7 +8,6 @@ import json
 from pathlib import Path
 
 import pytest
-from builders import NAMESPACE, pod, pvc, running, state
 
 from nebari_colocate import copy_home, messages, migrate
 from nebari_colocate.objects import (
@@ -17,6 +16,7 @@ from nebari_colocate.objects import (
     MIGRATION_STALLED_ANNOTATION,
 )
 from nebari_colocate.placement import REASON_CODES, REFUSE, Policy, decide
+from tests.support.builders import NAMESPACE, pod, pvc, running, state
 
 
 def moving(claim: dict, value: str = "moving", since: str | None = "2026-12-01T09:12:30Z"):

@@ -4,7 +4,9 @@ table per step."""
 from __future__ import annotations
 
 import pytest
-from builders import (
+
+from nebari_colocate.placement import Policy, decide, safe_side
+from tests.support.builders import (
     NAMESPACE,
     expr,
     gpu_node,
@@ -21,8 +23,6 @@ from builders import (
     toleration,
     volume_attachment,
 )
-
-from nebari_colocate.placement import Policy, decide, safe_side
 
 RWO, RWX, ROX, RWOP = "ReadWriteOnce", "ReadWriteMany", "ReadOnlyMany", "ReadWriteOncePod"
 HOME = "claim-alice"

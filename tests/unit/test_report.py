@@ -5,11 +5,20 @@ from __future__ import annotations
 
 import pytest
 import yaml
-from builders import NAMESPACE, gpu_node, node, pod, pvc, running, state, volume_attachment
 
 from nebari_colocate import messages, report
 from nebari_colocate.placement import Policy, decide
 from nebari_colocate.state import ClusterState
+from tests.support.builders import (
+    NAMESPACE,
+    gpu_node,
+    node,
+    pod,
+    pvc,
+    running,
+    state,
+    volume_attachment,
+)
 
 GPU = {"nvidia.com/gpu": "1"}
 GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
-from builders import NAMESPACE, node, pod, pv, pvc, running, state, volume_attachment
 
 from nebari_colocate.state import ClusterState
+from tests.support.builders import NAMESPACE, node, pod, pv, pvc, running, state, volume_attachment
 
 HOME = "claim-alice"
 

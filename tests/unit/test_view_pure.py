@@ -7,12 +7,12 @@ indexes the watches keep per event (nebari_colocate.informer).
 from __future__ import annotations
 
 import pytest
-from builders import NAMESPACE, container, node, pod, pvc, sidecar, state
 
 from nebari_colocate import fit
 from nebari_colocate.informer import Collection, Index, claim_keys, node_keys
 from nebari_colocate.placement import Policy, decide
 from nebari_colocate.slim import slim_pod
+from tests.support.builders import NAMESPACE, container, node, pod, pvc, sidecar, state
 
 HOME = "claim-alice"
 

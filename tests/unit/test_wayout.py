@@ -4,9 +4,9 @@ servers to stop, one row per mode, tie and dead end."""
 from __future__ import annotations
 
 import pytest
-from builders import gpu_node, node, pod, pvc, state, taint, volume_attachment
 
 from nebari_colocate.placement import Policy, decide
+from tests.support.builders import gpu_node, node, pod, pvc, state, taint, volume_attachment
 
 HOME = "claim-alice"
 CPU = {"nebari.dev/node-type": "cpu"}

@@ -51,10 +51,11 @@ from pathlib import Path
 
 import yaml
 
-from .controlplane import HOST, ControlPlane, _Component, free_port
+from .controlplane import HOST, KUBE_DIR, ControlPlane, _Component, free_port
 from .helpers import CONTROLLER_MANAGED_ATTACH
+from .waiting import wait_until
 
-INSTANCE_TYPES = Path(__file__).parent / "karpenter" / "instance-types.json"
+INSTANCE_TYPES = KUBE_DIR / "karpenter" / "instance-types.json"
 KARPENTER_GROUP = "karpenter.sh"
 KWOK_GROUP = "karpenter.kwok.sh"
 NODEPOOL_LABEL = "karpenter.sh/nodepool"
@@ -244,15 +245,19 @@ class Autoscaler:
                         if e.status != 409:
                             raise RuntimeError(f"applying {path.name}: {e.status} {e.body}") from e
             deadline = time.monotonic() + self.timeout
+
+            def conditions(crd) -> dict:
+                return {c.type: c.status for c in crd.status.conditions or []}
+
             for name in names:
-                while True:
-                    crd = await ext.read_custom_resource_definition(name)
-                    conditions = {c.type: c.status for c in crd.status.conditions or []}
-                    if conditions.get("Established") == "True":
-                        break
-                    if time.monotonic() > deadline:
-                        raise RuntimeError(f"CRD {name} not Established within {self.timeout} s")
-                    await asyncio.sleep(0.1)
+                await wait_until(
+                    lambda name=name: ext.read_custom_resource_definition(name),
+                    until=lambda crd: conditions(crd).get("Established") == "True",
+                    timeout=max(0.0, deadline - time.monotonic()),
+                    what=f"CRD {name} Established",
+                    seen=conditions,
+                    interval=0.1,
+                )
             custom = client.CustomObjectsApi(api)
             objects = [
                 (
@@ -379,15 +384,9 @@ def metric(metrics: dict[tuple[str, frozenset], float], name: str, **labels: str
 
 
 async def wait_for(predicate, timeout: float, what: str, interval: float = 0.2):
-    """Poll the async ``predicate`` until it returns something truthy; return it."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = await predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
-        await asyncio.sleep(interval)
+    """Poll the async ``predicate`` until it returns something truthy; return it
+    (:func:`tests.support.waiting.wait_until`, which says what it saw last when it gives up)."""
+    return await wait_until(predicate, timeout=timeout, what=what, interval=interval)
 
 
 async def clear_nodes(api, timeout: float = 60) -> None:

@@ -3,9 +3,9 @@ VolumeAttachment), for the unit, cluster, fault and end-to-end tests and the ben
 
 Only the fields a decision reads are filled in; everything else a test needs goes in by keyword
 (the idea of kube-scheduler's ``MakePod`` test wrapper, as keywords).  Standard library only and
-Python 3.10: the end-to-end legs import it in virtualenvs of their own.  ``tests/`` is on
-``sys.path`` for every suite (``tests/conftest.py``; ``benchmarks/_cluster.py`` for the
-benchmarks), so it imports as ``builders``.
+Python 3.10: the end-to-end legs import it in virtualenvs of their own.  It is part of the
+test-support package: ``from tests.support.builders import pod`` (pytest's ``pythonpath`` puts
+the repository root first; benchmarks run from it as ``python -m benchmarks.<name>``).
 """
 
 from __future__ import annotations

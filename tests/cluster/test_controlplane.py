@@ -12,8 +12,9 @@ import pytest
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from kube import helpers
-from kube.controlplane import ControlPlane
+from tests.support import helpers
+from tests.support.controlplane import ControlPlane
+from tests.support.waiting import wait_until
 
 # zero-to-jupyterhub's hub Role (namespaced only).
 Z2JH_HUB_RULES = [
@@ -202,9 +203,25 @@ async def test_bound_claim_pv_node_affinity_and_cordon(kube):
     assert message.startswith("0/2 nodes are available"), message
     assert "1 node(s) didn't match PersistentVolume's node affinity" in message, message
 
-    await kube.cordon("node-a")
-    await kube.create_pod("late", node_selector={"kubernetes.io/hostname": "node-a"})
-    message = await kube.wait_for_failed_scheduling("late")
+    # A cordoned node (spec.unschedulable, as `kubectl cordon` writes it). Created so, not
+    # cordoned after: the scheduler's node and pod informers are separate watches, and a pod
+    # created right after a cordon can reach the scheduler before the cordon does (seen under
+    # load: "late" was bound to the node just cordoned). A node that is unschedulable from its
+    # first version can never be seen schedulable.
+    await kube.create_node("node-c", unschedulable=True)
+    assert (await kube.cordon("node-c"))["spec"]["unschedulable"] is True
+    await kube.create_pod("late", node_selector={"kubernetes.io/hostname": "node-c"})
+    # Until the scheduler has seen node-c at all, the pod matches no node; then, unschedulable.
+    events = await wait_until(
+        lambda: kube.core.list_namespaced_event(
+            kube.namespace, field_selector="involvedObject.name=late,reason=FailedScheduling"
+        ),
+        until=lambda events: any("were unschedulable" in (e.message or "") for e in events.items),
+        timeout=30,
+        what="a FailedScheduling event for late naming the cordoned node",
+        seen=lambda events: [e.message for e in events.items],
+    )
+    message = next(e.message for e in events.items if "were unschedulable" in (e.message or ""))
     assert "1 node(s) were unschedulable" in message, message
 
 

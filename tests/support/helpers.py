@@ -12,16 +12,17 @@ deletions; kwok keeps Nodes Ready and runs bound pods (see controlplane.py).
 
 from __future__ import annotations
 
-import asyncio
 import datetime
 import hashlib
 import time
 from collections.abc import Callable, Iterable
 
-import builders
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client import ApiClient
 from kubernetes_asyncio.client.exceptions import ApiException
+
+from tests.support import builders
+from tests.support.waiting import wait_until
 
 FAKE_CSI_DRIVER = "csi.colocate.test"
 # Static provisioning (an operator creates the PVs): one class that binds at once, one that waits
@@ -155,20 +156,82 @@ def is_ready(node: dict) -> bool:
 async def wait_for_node_ready(api, name: str, timeout: float = 30) -> dict:
     """Wait until the Node reports Ready (kwok's node-ready Stage); return it."""
     core = _core(api)
-    deadline = time.monotonic() + timeout
-    while True:
-        node = to_dict(api, await core.read_node(name))
-        if is_ready(node):
-            return node
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"node {name} not Ready after {timeout} s (is kwok running?)")
-        await asyncio.sleep(POLL)
+
+    async def read() -> dict:
+        return to_dict(api, await core.read_node(name))
+
+    return await wait_until(
+        read,
+        until=is_ready,
+        timeout=timeout,
+        what=f"node {name} Ready (is kwok running?)",
+        seen=lambda node: (node.get("status") or {}).get("conditions"),
+        interval=POLL,
+    )
 
 
 async def cordon(api, name: str) -> dict:
     """Mark a Node unschedulable (``kubectl cordon``) and return it."""
     node = await _core(api).patch_node(name, {"spec": {"unschedulable": True}})
     return to_dict(api, node)
+
+
+async def cordon_seen_by_scheduler(api, namespace: str, name: str, timeout: float = 30) -> dict:
+    """Cordon the Node and wait until kube-scheduler has seen the cordon; return the Node.
+
+    kube-scheduler's node and pod informers are separate watches: a pod created right after a
+    cordon can reach it before the cordon does and be bound to the cordoned node (seen under
+    load). The barrier: a canary pod that only that node could take, created after the cordon,
+    until the scheduler says the node is unschedulable (a canary bound in the race is deleted
+    and another one tried).
+    """
+    node = await cordon(api, name)
+    core = _core(api)
+    deadline = time.monotonic() + timeout
+    attempt = 0
+
+    async def verdict(canary: str) -> str | None:
+        pod = to_dict(api, await core.read_namespaced_pod(canary, namespace))
+        if (pod.get("spec") or {}).get("nodeName"):
+            return "bound"
+        selector = f"involvedObject.name={canary},reason=FailedScheduling"
+        events = await core.list_namespaced_event(namespace, field_selector=selector)
+        if any("were unschedulable" in (e.message or "") for e in events.items):
+            return "unschedulable"
+        return None
+
+    while True:
+        attempt += 1
+        canary = f"cordon-canary-{attempt}-{hashlib.sha1(name.encode()).hexdigest()[:6]}"
+        # pinned by matchFields (metadata.name), as the spawner pins: Karpenter leaves such a
+        # pod alone, so the canary never makes it launch a node
+        pinned = {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [
+                        {
+                            "matchFields": [
+                                {"key": "metadata.name", "operator": "In", "values": [name]}
+                            ]
+                        }
+                    ]
+                }
+            }
+        }
+        await core.create_namespaced_pod(
+            namespace, builders.kube_pod(canary, spec_fields={"affinity": pinned})
+        )
+        try:
+            seen = await wait_until(
+                lambda canary=canary: verdict(canary),
+                timeout=max(0.0, deadline - time.monotonic()),
+                what=f"kube-scheduler to see node {name} cordoned",
+                interval=POLL,
+            )
+        finally:
+            await _ignore_404(core.delete_namespaced_pod(canary, namespace, grace_period_seconds=0))
+        if seen == "unschedulable":
+            return node
 
 
 async def delete_nodes(api, names: Iterable[str], timeout: float = 30) -> None:
@@ -178,17 +241,23 @@ async def delete_nodes(api, names: Iterable[str], timeout: float = 30) -> None:
     for name in names:
         await _ignore_404(core.delete_node(name, grace_period_seconds=0))
     deadline = time.monotonic() + timeout
+
+    async def gone(name: str) -> bool:
+        try:
+            await core.read_node(name)
+        except ApiException as e:
+            if e.status == 404:
+                return True
+            raise
+        return False
+
     for name in names:
-        while True:
-            try:
-                await core.read_node(name)
-            except ApiException as e:
-                if e.status == 404:
-                    break
-                raise
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"node {name} still exists {timeout} s after its deletion")
-            await asyncio.sleep(POLL)
+        await wait_until(
+            lambda name=name: gone(name),
+            timeout=max(0.0, deadline - time.monotonic()),
+            what=f"node {name} gone after its deletion",
+            interval=POLL,
+        )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -297,17 +366,18 @@ async def create_claim(
 async def wait_for_claim_bound(api, namespace: str, name: str, timeout: float = 30) -> dict:
     """Wait until the claim is Bound (``status.phase``) and return it."""
     core = _core(api)
-    deadline = time.monotonic() + timeout
-    while True:
-        pvc = to_dict(api, await core.read_namespaced_persistent_volume_claim(name, namespace))
-        if (pvc.get("status") or {}).get("phase") == "Bound":
-            return pvc
-        if time.monotonic() > deadline:
-            raise TimeoutError(
-                f"claim {namespace}/{name} not Bound after {timeout} s "
-                f"(phase {(pvc.get('status') or {}).get('phase')}): is the PV controller running?"
-            )
-        await asyncio.sleep(POLL)
+
+    async def read() -> dict:
+        return to_dict(api, await core.read_namespaced_persistent_volume_claim(name, namespace))
+
+    return await wait_until(
+        read,
+        until=lambda pvc: (pvc.get("status") or {}).get("phase") == "Bound",
+        timeout=timeout,
+        what=f"claim {namespace}/{name} Bound (is the PV controller running?)",
+        seen=lambda pvc: {"phase": (pvc.get("status") or {}).get("phase")},
+        interval=POLL,
+    )
 
 
 async def create_bound_claim(
@@ -403,24 +473,29 @@ async def wait_for_pod(
 ) -> dict:
     """Poll a pod until predicate(pod dict) is true; return the pod. TimeoutError if not."""
     core = _core(api)
-    deadline = time.monotonic() + timeout
-    pod = None
-    while True:
+
+    async def read() -> dict | None:
         try:
-            pod = to_dict(api, await core.read_namespaced_pod(name, namespace))
+            return to_dict(api, await core.read_namespaced_pod(name, namespace))
         except ApiException as e:
             if e.status != 404:
                 raise
-            pod = None
-        if pod is not None and predicate(pod):
-            return pod
-        if time.monotonic() > deadline:
-            status = (pod or {}).get("status", {})
-            raise TimeoutError(
-                f"pod {namespace}/{name} not at {what} after {timeout} s "
-                f"(phase {status.get('phase')}, conditions {status.get('conditions')})"
-            )
-        await asyncio.sleep(POLL)
+            return None
+
+    def seen(pod: dict | None) -> object:
+        if pod is None:
+            return "no such pod"
+        status = pod.get("status", {})
+        return {"phase": status.get("phase"), "conditions": status.get("conditions")}
+
+    return await wait_until(
+        read,
+        until=lambda pod: pod is not None and predicate(pod),
+        timeout=timeout,
+        what=f"pod {namespace}/{name} at {what}",
+        seen=seen,
+        interval=POLL,
+    )
 
 
 async def wait_for_binding(api, namespace: str, pod_name: str, timeout: float = 30) -> str:
@@ -458,23 +533,22 @@ async def wait_for_failed_scheduling(
     """Wait for a FailedScheduling event about the pod; return its message (the newest one)."""
     core = _core(api)
     selector = f"involvedObject.name={pod_name},reason=FailedScheduling"
-    deadline = time.monotonic() + timeout
-    while True:
-        events = await core.list_namespaced_event(namespace, field_selector=selector)
-        if events.items:
-            newest = max(
-                events.items,
-                key=lambda e: (
-                    e.last_timestamp or e.event_time or e.metadata.creation_timestamp,
-                    e.metadata.resource_version,
-                ),
-            )
-            return newest.message or ""
-        if time.monotonic() > deadline:
-            raise TimeoutError(
-                f"no FailedScheduling event for {namespace}/{pod_name} in {timeout} s"
-            )
-        await asyncio.sleep(POLL)
+    events = await wait_until(
+        lambda: core.list_namespaced_event(namespace, field_selector=selector),
+        until=lambda events: bool(events.items),
+        timeout=timeout,
+        what=f"a FailedScheduling event for {namespace}/{pod_name}",
+        seen=lambda events: "no such event",
+        interval=POLL,
+    )
+    newest = max(
+        events.items,
+        key=lambda e: (
+            e.last_timestamp or e.event_time or e.metadata.creation_timestamp,
+            e.metadata.resource_version,
+        ),
+    )
+    return newest.message or ""
 
 
 # ---------------------------------------------------------------------------------------------

@@ -70,7 +70,9 @@ CONTROLLERS = (
     "garbagecollector",
 )
 PV_RESYNC = "1s"
-KWOK_STAGES = Path(__file__).with_name("kwok-stages.yaml")
+#: tests/kube: the Go modules of the control plane, its build script, bin/ and kwok's stages
+KUBE_DIR = Path(__file__).resolve().parent.parent / "kube"
+KWOK_STAGES = KUBE_DIR / "kwok-stages.yaml"
 VOLUME_GATE = Path(__file__).with_name("volume_gate.py")
 # The hostIP of every pod (kwok's --node-ip, and the InternalIP of helpers.create_node's Nodes).
 NODE_IP = HOST

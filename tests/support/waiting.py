@@ -1,0 +1,122 @@
+"""``wait_until``: the one way a test waits for something to become true.
+
+A test that waits on the real control plane, a hub or a browser reads something again and again
+until it is what the test wants. When it gives up, the failure says what it waited for and what
+it saw last (the value read, or the exception reading it raised), so a timeout in CI reads as a
+finding, not as "timed out". Standard library only and Python 3.10 (the end-to-end legs import it
+in virtualenvs of their own).
+
+    pod = await wait_until(
+        lambda: api.read_namespaced_pod(name, ns),
+        until=lambda p: p.status.phase == "Running",
+        timeout=30,
+        what=f"pod {name} Running",
+        seen=lambda p: p.status.phase,
+    )
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+_NOTHING = object()
+
+
+class WaitTimeout(TimeoutError):
+    """A ``wait_until`` that gave up: ``what`` it waited for and the ``last`` thing it saw."""
+
+    def __init__(self, what: str, timeout: float, last: object, reads: int) -> None:
+        self.what = what
+        self.timeout = timeout
+        self.last = last
+        self.reads = reads
+        super().__init__(f"timed out after {timeout:g} s waiting for {what}; {reads} reads, {last}")
+
+
+def _describe_last(last: object, error: BaseException | None, seen: Callable[[Any], object]) -> str:
+    if error is not None:
+        return f"the last read raised {type(error).__name__}: {error}"
+    if last is _NOTHING:
+        return "nothing read yet"
+    try:
+        return f"last saw {seen(last)!r}"
+    except Exception as e:  # a describer that cannot read the value still leaves the value
+        return f"last saw {last!r} ({type(e).__name__} describing it: {e})"
+
+
+async def wait_until(
+    read: Callable[[], Any],
+    *,
+    timeout: float,
+    what: str,
+    until: Callable[[Any], object] = bool,
+    seen: Callable[[Any], object] = lambda value: value,
+    interval: float = 0.2,
+    retry_on: tuple[type[BaseException], ...] = (),
+) -> Any:
+    """Call ``read`` (plain or async) until ``until(value)`` is true; return that value.
+
+    Gives up after ``timeout`` seconds with :class:`WaitTimeout`, naming ``what`` and the last
+    value (through ``seen``, to keep the message short) or the exception of the last read.
+    Exceptions of the types in ``retry_on`` count as "not yet"; any other propagates at once.
+    ``read`` runs at least once, also with ``timeout`` 0.
+    """
+    deadline = time.monotonic() + timeout
+    last: object = _NOTHING
+    error: BaseException | None = None
+    reads = 0
+    while True:
+        reads += 1
+        try:
+            value = read()
+            if inspect.isawaitable(value):
+                value = await value
+        except retry_on as e:
+            error = e
+        else:
+            error = None
+            last = value
+            if until(value):
+                return value
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise WaitTimeout(what, timeout, _describe_last(last, error, seen), reads)
+        await asyncio.sleep(min(interval, remaining))
+
+
+def wait_until_sync(
+    read: Callable[[], T],
+    *,
+    timeout: float,
+    what: str,
+    until: Callable[[T], object] = bool,
+    seen: Callable[[T], object] = lambda value: value,
+    interval: float = 0.2,
+    retry_on: tuple[type[BaseException], ...] = (),
+) -> T:
+    """``wait_until`` for code without an event loop (a process starting, a port opening)."""
+    deadline = time.monotonic() + timeout
+    last: object = _NOTHING
+    error: BaseException | None = None
+    reads = 0
+    while True:
+        reads += 1
+        try:
+            value = read()
+        except retry_on as e:
+            error = e
+        else:
+            error = None
+            last = value
+            if until(value):
+                return value
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise WaitTimeout(what, timeout, _describe_last(last, error, seen), reads)
+        time.sleep(min(interval, remaining))
