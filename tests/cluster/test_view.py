@@ -13,7 +13,6 @@ import contextlib
 import logging
 import os
 import signal
-import time
 from pathlib import Path
 
 import pytest
@@ -22,16 +21,9 @@ import yaml
 from nebari_colocate.spawner import ColocationRefused
 from nebari_colocate.view import ClusterView
 from tests.support import builders
+from tests.support.waiting import wait_until
 
 from .test_spawner_cluster import grant_z2jh_hub_role, metric, pod_of
-
-
-async def wait_until(predicate, timeout: float = 20.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what} not reached within {timeout} s")
-        await asyncio.sleep(0.05)
 
 
 async def manifest_of(spawner) -> dict:
@@ -69,11 +61,16 @@ async def test_a_job_pod_holding_the_claim_pins_the_next_server_with_only_the_z2
     bob = spawners.make("bob")
     await spawners.start(bob)
     view = bob.colocation_view()
-    await wait_until(lambda: view.live, what="the live view")
+    await wait_until(lambda: view.live, timeout=20, what="the live view", interval=0.05)
     assert view.nodes.forbidden and view.all_pods.forbidden  # the hub Role only
 
     await job_pod_holding(kube, "claim-alice", "node-b")
-    await wait_until(lambda: view.has_pod(kube.namespace, "backup-alice"), what="the job pod")
+    await wait_until(
+        lambda: view.has_pod(kube.namespace, "backup-alice"),
+        timeout=20,
+        what="the job pod",
+        interval=0.05,
+    )
     assert f"{kube.namespace}/backup-alice" not in bob.pod_reflector.pods  # servers only there
 
     lab = spawners.make("alice")
@@ -102,7 +99,7 @@ async def test_an_api_freeze_with_a_known_holder_pins(kube, spawners, caplog):
     manifest = await manifest_of(app)
     assert not (manifest.get("metadata") or {}).get("namespace")  # as KubeSpawner writes it
     view = app.colocation_view()
-    await wait_until(lambda: view.live, what="the live view")
+    await wait_until(lambda: view.live, timeout=20, what="the live view", interval=0.05)
 
     pid = kube.control_plane.pids["apiserver"]
     safe_before = metric("nebari_colocate_safe_side_total")
@@ -204,12 +201,17 @@ async def test_a_view_whose_watch_broke_is_not_trusted_and_lists_again(
         app = spawners.make("alice", "app", colocation_check_timeout=2.0)
         manifest = await manifest_of(app)
         view = app.colocation_view()
-        await wait_until(lambda: view.live, what="the live view")
+        await wait_until(lambda: view.live, timeout=20, what="the live view", interval=0.05)
         resyncs = metric("nebari_colocate_view_resyncs_total", collection=view.pods.name)
         fallbacks = metric("nebari_colocate_view_fallbacks_total")
 
         proxy.break_()
-        await wait_until(lambda: not view.live, what="the view noticing its broken watch")
+        await wait_until(
+            lambda: not view.live,
+            timeout=20,
+            what="the view noticing its broken watch",
+            interval=0.05,
+        )
         assert metric("nebari_colocate_view_live", collection=view.pods.name) == 0
         # Meanwhile the lab goes away (the view cannot see it).
         await kube.core.delete_namespaced_pod(lab.pod_name, kube.namespace, grace_period_seconds=0)
@@ -222,7 +224,9 @@ async def test_a_view_whose_watch_broke_is_not_trusted_and_lists_again(
         assert broken.verified is False and broken.verdict == "colocate"
 
         proxy.heal()
-        await wait_until(lambda: view.live, timeout=30, what="the view listing again")
+        await wait_until(
+            lambda: view.live, timeout=30, what="the view listing again", interval=0.05
+        )
         assert metric("nebari_colocate_view_resyncs_total", collection=view.pods.name) > resyncs
         healed = await app.colocation_decide(manifest)
         # Listed again: the lab deleted while the watch was down is gone from the view.
@@ -281,10 +285,15 @@ async def test_a_holder_on_a_deleted_node_is_refused_as_node_not_found(kube, spa
     lab = spawners.make("alice", node_selector={"kubernetes.io/hostname": "spot-1"})
     await spawners.start(lab)
     view = lab.colocation_view()
-    await wait_until(lambda: view.live, what="the live view")
+    await wait_until(lambda: view.live, timeout=20, what="the live view", interval=0.05)
     await helpers.delete_nodes(kube.api_client, ["spot-1"])
     kube.nodes.remove("spot-1")
-    await wait_until(lambda: "spot-1" not in view.nodes.items, what="the node's deletion")
+    await wait_until(
+        lambda: "spot-1" not in view.nodes.items,
+        timeout=20,
+        what="the node's deletion",
+        interval=0.05,
+    )
 
     app = spawners.make("alice", "app")
     with pytest.raises(ColocationRefused) as refused:
