@@ -18,7 +18,7 @@ other user co-location term (:func:`is_colocation_term`: on ``hub.jupyter.org/us
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 from .config import DEFAULT_LABEL_KEY
 from .objects import HOSTNAME, USERNAME_LABEL, JsonDict, Obj
@@ -175,4 +175,46 @@ def apply_decision(pod: Obj, decision: Decision, label_key: str, label_value: st
             **selector,
             "nodeSelectorTerms": terms,
         }
+    return manifest
+
+
+def avoid_nodes(pod: Obj, nodes: Iterable[tuple[str, str | None]]) -> JsonDict:
+    """A copy of ``pod`` that no node of ``nodes`` ((name, ``kubernetes.io/hostname`` label or
+    None)) admits: the move off a premium node (``docs/decisions.md``).
+
+    Every existing nodeSelectorTerm (terms are ORed) gets ``kubernetes.io/hostname NotIn
+    [labels]``, a node selection an autoscaler reads: Karpenter skips a pod with ``matchFields``
+    altogether (it then adds no node for it), and a new node's hostname is never one of these.
+    A node without the label is kept off with ``matchFields metadata.name NotIn [names]``,
+    which kube-scheduler honours and Karpenter does not read.
+    """
+    hostnames = sorted({h for _, h in nodes if h})
+    names = sorted({n for n, h in nodes if not h})
+    manifest = copy.deepcopy(dict(pod))
+    if not hostnames and not names:
+        return manifest
+    spec = manifest.setdefault("spec", {})
+    affinity = dict(spec.get("affinity") or {})
+    spec["affinity"] = affinity
+    node_affinity = dict(affinity.get("nodeAffinity") or {})
+    affinity["nodeAffinity"] = node_affinity
+    selector = node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution") or {}
+    terms = [dict(t) for t in selector.get("nodeSelectorTerms") or []] or [{}]
+    for t in terms:
+        if hostnames:
+            away = {"key": HOSTNAME, "operator": "NotIn", "values": hostnames}
+            expressions = list(t.get("matchExpressions") or [])
+            if away not in expressions:
+                expressions.append(away)
+            t["matchExpressions"] = expressions
+        if names:
+            off = {"key": "metadata.name", "operator": "NotIn", "values": names}
+            fields = list(t.get("matchFields") or [])
+            if off not in fields:
+                fields.append(off)
+            t["matchFields"] = fields
+    node_affinity["requiredDuringSchedulingIgnoredDuringExecution"] = {
+        **selector,
+        "nodeSelectorTerms": terms,
+    }
     return manifest
