@@ -178,21 +178,34 @@ def apply_decision(pod: Obj, decision: Decision, label_key: str, label_value: st
     return manifest
 
 
-def avoid_nodes(pod: Obj, nodes: Iterable[tuple[str, str | None]]) -> JsonDict:
-    """A copy of ``pod`` that no node of ``nodes`` ((name, ``kubernetes.io/hostname`` label or
-    None)) admits: the move off a premium node (``docs/decisions.md``).
+#: Karpenter's label of the NodePool a node came from (a label Karpenter lets pods select on)
+NODEPOOL_LABEL = "karpenter.sh/nodepool"
 
-    Every existing nodeSelectorTerm (terms are ORed) gets ``kubernetes.io/hostname NotIn
-    [labels]``, a node selection an autoscaler reads: Karpenter skips a pod with ``matchFields``
-    altogether (it then adds no node for it), and a new node's hostname is never one of these.
-    A node without the label is kept off with ``matchFields metadata.name NotIn [names]``,
-    which kube-scheduler honours and Karpenter does not read.
+
+def avoid_nodes(pod: Obj, nodes: Iterable[tuple[str, str | None, str | None]]) -> JsonDict:
+    """A copy of ``pod`` that no node of ``nodes`` admits: the move off a premium node
+    (``docs/decisions.md``).  Each node is (name, ``kubernetes.io/hostname`` label,
+    ``karpenter.sh/nodepool`` label), the labels None when the node has none.
+
+    Every existing nodeSelectorTerm (terms are ORed) is narrowed by what an autoscaler can
+    still read: Karpenter ignores a pod whose node selection uses ``matchFields`` or
+    ``kubernetes.io/hostname`` (it adds no node for it), so a Karpenter node is kept off by its
+    NodePool (``karpenter.sh/nodepool NotIn [pools]``: no machine of that pool again); another
+    node by ``kubernetes.io/hostname NotIn [labels]``; a node without either label by
+    ``matchFields metadata.name NotIn [names]``, which kube-scheduler honours.
     """
-    hostnames = sorted({h for _, h in nodes if h})
-    names = sorted({n for n, h in nodes if not h})
+    nodes = list(nodes)
+    pools = sorted({p for _, _, p in nodes if p})
+    hostnames = sorted({h for _, h, p in nodes if h and not p})
+    names = sorted({n for n, h, p in nodes if not h and not p})
     manifest = copy.deepcopy(dict(pod))
-    if not hostnames and not names:
+    if not pools and not hostnames and not names:
         return manifest
+    expressions_to_add = [
+        {"key": key, "operator": "NotIn", "values": values}
+        for key, values in ((NODEPOOL_LABEL, pools), (HOSTNAME, hostnames))
+        if values
+    ]
     spec = manifest.setdefault("spec", {})
     affinity = dict(spec.get("affinity") or {})
     spec["affinity"] = affinity
@@ -201,11 +214,9 @@ def avoid_nodes(pod: Obj, nodes: Iterable[tuple[str, str | None]]) -> JsonDict:
     selector = node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution") or {}
     terms = [dict(t) for t in selector.get("nodeSelectorTerms") or []] or [{}]
     for t in terms:
-        if hostnames:
-            away = {"key": HOSTNAME, "operator": "NotIn", "values": hostnames}
+        if expressions_to_add:
             expressions = list(t.get("matchExpressions") or [])
-            if away not in expressions:
-                expressions.append(away)
+            expressions += [e for e in expressions_to_add if e not in expressions]
             t["matchExpressions"] = expressions
         if names:
             off = {"key": "metadata.name", "operator": "NotIn", "values": names}

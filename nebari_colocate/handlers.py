@@ -132,9 +132,8 @@ async def take_way_out(
             )
     finally:
         locks.release(username)
-    options = spawner.user_options or getattr(spawner.orm_spawner, "user_options", None) or {}
     try:
-        await start_server(dict(options))
+        await start_server(_options(spawner))
     except Exception as exc:
         raise WayOutFailed(*_start_failure(exc), **words, detail=_start_detail(exc)) from exc
 
@@ -144,16 +143,19 @@ async def move_off_premium(
     node: str,
     servers: Sequence[str],
     *,
-    spawners: Mapping[str, Any],
+    spawner_of: Callable[[str], Any],
     stop_server: StopServer,
     start_server: Callable[[str, dict[str, Any]], Awaitable[None]],
     words: dict[str, Any],
 ) -> None:
     """Move ``servers`` (the user's, riding on premium node ``node``) off it: under the user's
     lock, check that they are still exactly the ride (:meth:`premium_rides`), stop them, wait
-    until the home is released from ``node``; then start each again with its stored options,
-    kept off every premium node (``spawners[name].colocation_move_off``).  MoveFailed (not yet
-    counted) if any step ends it."""
+    until the home is released from ``node``; then start each again with the options it had,
+    kept off every premium node (``colocation_move_off`` of the spawner that starts it).
+    MoveFailed (not yet counted) if any step ends it.
+
+    ``spawner_of(name)`` is asked again for the start: JupyterHub drops a stopped server's
+    Spawner object (``User.stop``) and makes a new one for its next start."""
     servers = tuple(sorted(set(servers)))
     locks = getattr(type(spawner), "_colocation_locks", None)
     if locks is None or not hasattr(spawner, "premium_rides"):
@@ -163,8 +165,9 @@ async def move_off_premium(
         raise MoveFailed(409, BUSY, **words)
     try:
         ride = next((r for r in spawner.premium_rides() if r.node == node), None)
-        if ride is None or ride.servers != servers or any(s not in spawners for s in servers):
+        if ride is None or ride.servers != servers:
             raise MoveFailed(409, STALE, **words)
+        options = {name: _options(spawner_of(name)) for name in servers}
         claims = spawner.exclusive_claims_of(servers)
         avoid = spawner.premium_nodes()
         deadline = time.monotonic() + spawner.way_out_release_timeout
@@ -176,11 +179,10 @@ async def move_off_premium(
     finally:
         locks.release(username)
     for name in servers:
-        target = spawners[name]
-        options = target.user_options or getattr(target.orm_spawner, "user_options", None) or {}
+        target = spawner_of(name)
         target.colocation_move_off = avoid
         try:
-            await start_server(name, dict(options))
+            await start_server(name, options[name])
         except Exception as exc:
             target.colocation_move_off = ()
             raise MoveFailed(*_start_failure(exc), **words, detail=_start_detail(exc)) from exc
@@ -249,6 +251,12 @@ async def _released(
             return False
         await asyncio.sleep(POLL_SECONDS)
     return True
+
+
+def _options(spawner: Any) -> dict[str, Any]:
+    """The options a server was started with (profile, jhub-apps app options)."""
+    stored = spawner.user_options or getattr(spawner.orm_spawner, "user_options", None) or {}
+    return dict(stored)
 
 
 def _start_failure(exc: Exception) -> tuple[int, str]:
@@ -401,7 +409,7 @@ class MoveHandler(_ColocateHandler):
                 user.spawners[servers[0]],
                 node,
                 servers,
-                spawners={name: user.spawners[name] for name in servers},
+                spawner_of=lambda name: user.spawners[name],
                 stop_server=self._stopper(user),
                 start_server=start_server,
                 words=words,

@@ -42,7 +42,7 @@ from traitlets import (
 )
 
 from . import messages, metrics
-from .affinity import apply_decision, avoid_nodes, user_colocation_keys
+from .affinity import NODEPOOL_LABEL, apply_decision, avoid_nodes, user_colocation_keys
 from .config import (
     ACCESS_MODES,
     API_FAULT_SWEEP_SECONDS,
@@ -326,8 +326,9 @@ class ColocatingKubeSpawner(KubeSpawner):  # type: ignore[misc]  # KubeSpawner s
         #: seconds of the last check, the dry run's API round trip apart (benchmarks read it)
         self.colocation_timings: dict[str, float] = {}
         #: for the next start only, set by the move off a premium node (nebari_colocate.handlers):
-        #: the nodes ((name, hostname label)) an unpinned pod is kept off
-        self.colocation_move_off: tuple[tuple[str, str | None], ...] = ()
+        #: the nodes ((name, hostname label, Karpenter NodePool label)) an unpinned pod is kept
+        #: off (nebari_colocate.affinity.avoid_nodes)
+        self.colocation_move_off: tuple[tuple[str, str | None, str | None], ...] = ()
 
     def check_colocation_config(self) -> None:
         """Raise ColocationConfigError for settings that contradict each other."""
@@ -721,9 +722,10 @@ class ColocatingKubeSpawner(KubeSpawner):  # type: ignore[misc]  # KubeSpawner s
             premium_resources=self.premium_resources,
         )
 
-    def premium_nodes(self) -> tuple[tuple[str, str | None], ...]:
-        """Every premium node of the live view, (name, ``kubernetes.io/hostname`` label): what
-        a moved server is kept off."""
+    def premium_nodes(self) -> tuple[tuple[str, str | None, str | None], ...]:
+        """Every premium node of the live view, (name, ``kubernetes.io/hostname`` label,
+        ``karpenter.sh/nodepool`` label): what a moved server is kept off
+        (:func:`nebari_colocate.affinity.avoid_nodes`)."""
         view = self._live_view()
         if view is None or view.nodes.forbidden:
             return ()
@@ -731,7 +733,8 @@ class ColocatingKubeSpawner(KubeSpawner):  # type: ignore[misc]  # KubeSpawner s
         for node in view.nodes.items.values():
             if offered(node, self.premium_resources):
                 labels = meta(node).get("labels") or {}
-                found.append((str(meta(node).get("name", "")), labels.get(HOSTNAME)))
+                name = str(meta(node).get("name", ""))
+                found.append((name, labels.get(HOSTNAME), labels.get(NODEPOOL_LABEL)))
         return tuple(sorted(found))
 
     def exclusive_claims_of(self, servers: Sequence[str]) -> list[str]:

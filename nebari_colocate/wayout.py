@@ -204,7 +204,7 @@ class PremiumRide:
     and start them again off it (``docs/decisions.md``, "The move off a premium node")."""
 
     node: str
-    #: the node's ``kubernetes.io/hostname`` label (what the restarted pods avoid), if it has one
+    #: the node's ``kubernetes.io/hostname`` label, if it has one
     hostname: str | None
     #: the servers to move, sorted (``""`` is the default server)
     servers: tuple[str, ...]

@@ -170,6 +170,7 @@ def affinity_terms(manifest: dict) -> list[dict]:
 
 
 AWAY = {"key": HOSTNAME, "operator": "NotIn", "values": ["host-gpu-1", "host-gpu-2"]}
+NOT_GPU_POOL = {"key": "karpenter.sh/nodepool", "operator": "NotIn", "values": ["gpu"]}
 
 
 @pytest.mark.parametrize(
@@ -178,7 +179,7 @@ AWAY = {"key": HOSTNAME, "operator": "NotIn", "values": ["host-gpu-1", "host-gpu
         (
             "no-node-affinity-one-term-of-its-own",
             None,
-            [("gpu-1", "host-gpu-1"), ("gpu-2", "host-gpu-2")],
+            [("gpu-1", "host-gpu-1", None), ("gpu-2", "host-gpu-2", None)],
             [{"matchExpressions": [AWAY]}],
         ),
         (
@@ -193,16 +194,37 @@ AWAY = {"key": HOSTNAME, "operator": "NotIn", "values": ["host-gpu-1", "host-gpu
                     }
                 }
             },
-            [("gpu-2", "host-gpu-2"), ("gpu-1", "host-gpu-1")],
+            [("gpu-2", "host-gpu-2", None), ("gpu-1", "host-gpu-1", None)],
             [
                 {"matchExpressions": [{"key": "a", "operator": "Exists"}, AWAY]},
                 {"matchExpressions": [{"key": "b", "operator": "Exists"}, AWAY]},
             ],
         ),
         (
-            "a-node-without-a-hostname-label-by-its-name",
+            # Karpenter ignores a pod that selects on kubernetes.io/hostname or uses matchFields
+            # ("using label kubernetes.io/hostname is not allowed"): its nodes by their NodePool
+            "karpenter-nodes-by-their-nodepool-never-by-hostname",
             None,
-            [("gpu-1", None)],
+            [("kwok-gpu-a", "gpu-a", "gpu"), ("kwok-gpu-b", "gpu-b", "gpu")],
+            [{"matchExpressions": [NOT_GPU_POOL]}],
+        ),
+        (
+            "a-karpenter-node-and-a-static-one",
+            None,
+            [("kwok-gpu-a", "gpu-a", "gpu"), ("gpu-1", "host-gpu-1", None)],
+            [
+                {
+                    "matchExpressions": [
+                        NOT_GPU_POOL,
+                        {"key": HOSTNAME, "operator": "NotIn", "values": ["host-gpu-1"]},
+                    ]
+                }
+            ],
+        ),
+        (
+            "a-node-without-labels-by-its-name",
+            None,
+            [("gpu-1", None, None)],
             [{"matchFields": [{"key": "metadata.name", "operator": "NotIn", "values": ["gpu-1"]}]}],
         ),
     ],
