@@ -81,13 +81,20 @@ class Run:
         self.namespaces: list[str] = []
         self.notes: list[str] = []
 
-    async def fresh(self, name: str) -> str:
-        """An empty cluster (Karpenter removes every node) and a namespace with alice's home."""
+    def note(self, text: str) -> None:
+        """A figure, kept for the summary and printed now (a run that fails later keeps it)."""
+        self.notes.append(text)
+        print(f"  {text}", flush=True)
+
+    async def fresh(self, name: str, *, clear: bool = True) -> str:
+        """A namespace with alice's home; with ``clear``, first an empty cluster (Karpenter
+        removes every node)."""
         from kubernetes_asyncio import client
 
         admin = await _cluster.admin_client(self.cp)
         try:
-            await clear_nodes(admin, timeout=180)
+            if clear:
+                await clear_nodes(admin, timeout=180)
             await client.CoreV1Api(admin).create_namespace({"metadata": {"name": name}})
             await _cluster.helpers.create_bound_claim(
                 admin, name, "claim-alice", ("ReadWriteOnce",)
@@ -130,7 +137,7 @@ class Run:
         try:
             await blocked.start()
         except ColocationRefused as refused:
-            self.notes.append(f"{case}/{how}: refused ({', '.join(refused.decision.reasons)})")
+            self.note(f"{case}/{how}: refused ({', '.join(refused.decision.reasons)})")
         else:
             raise SystemExit(f"{case}: the server was not refused")
         return namespace, holder, blocked
@@ -162,7 +169,7 @@ class Run:
         )
         seconds = time.perf_counter() - clicked
         pool = await self.pool_of(namespace, blocked.pod_name)
-        self.notes.append(f"{case}/way-out: running on a {pool} node {seconds:.1f} s after click")
+        self.note(f"{case}/way-out: running on a {pool} node {seconds:.1f} s after click")
         return seconds
 
     async def manual(self, case: str) -> float:
@@ -181,7 +188,7 @@ class Run:
                 await asyncio.sleep(self.retry_every)
         seconds = time.perf_counter() - clicked
         pool = await self.pool_of(namespace, blocked.pod_name)
-        self.notes.append(
+        self.note(
             f"{case}/manual: running on a {pool} node {seconds:.1f} s after the stop click, "
             f"start clicked {tries} times"
         )
@@ -198,7 +205,7 @@ class Run:
             await admin.close()
         setups = {}
         for which in ("moved", "kept"):
-            namespace = await self.fresh(f"wo-node-{which}")
+            namespace = await self.fresh(f"wo-node-{which}", clear=False)
             lab = self.spawner(namespace, "", **GPU_PROFILE, **PROTECTED)
             await lab.start()
             app = self.spawner(
@@ -239,7 +246,7 @@ class Run:
         )
         moved_at = time.perf_counter() - stopped
         pool = await self.pool_of(app.namespace, app.pod_name)
-        self.notes.append(f"move: app running on a {pool} node {moved_at:.1f} s after the lab")
+        self.note(f"move: app running on a {pool} node {moved_at:.1f} s after the lab")
         alive = dict.fromkeys(setups, window)
         admin = await _cluster.admin_client(self.cp)
         try:
