@@ -22,6 +22,7 @@ from playwright.async_api import expect
 
 from .browser import log_in, screenshot
 from .conftest import JUPYTERHUB_MAJOR
+from .japps import open_jhub_apps
 from .test_refusals_in_browser import GPU_PROFILE, GPU_TOLERATION, cpu_and_gpu_nodes
 from .test_way_out import session_of, xsrf
 
@@ -124,7 +125,7 @@ async def test_the_move_on_jhub_apps_home_page(kube, start_hub, browser_page, ar
     )
     shown = "<b>Pandas</b> App"
     await riding_app(kube, hub, {"profile": "any", "display_name": shown, "jhub_app": False})
-    await log_in(browser_page, hub, "alice")
-    await browser_page.goto(f"{hub.url}/hub/home")
+    # jhub-apps' launcher asks once for OAuth access to its service, then renders its home
+    await open_jhub_apps(browser_page, hub, "alice")
     await expect(browser_page.locator(".colocate-premium-ride b")).to_have_count(0)
     await click_the_move(browser_page, hub, kube, artifacts, "jhub-apps", f"'{shown}'")
