@@ -18,7 +18,7 @@ other user co-location term (:func:`is_colocation_term`: on ``hub.jupyter.org/us
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 from .config import DEFAULT_LABEL_KEY
 from .objects import HOSTNAME, USERNAME_LABEL, JsonDict, Obj
@@ -175,4 +175,57 @@ def apply_decision(pod: Obj, decision: Decision, label_key: str, label_value: st
             **selector,
             "nodeSelectorTerms": terms,
         }
+    return manifest
+
+
+#: Karpenter's label of the NodePool a node came from (a label Karpenter lets pods select on)
+NODEPOOL_LABEL = "karpenter.sh/nodepool"
+
+
+def avoid_nodes(pod: Obj, nodes: Iterable[tuple[str, str | None, str | None]]) -> JsonDict:
+    """A copy of ``pod`` that no node of ``nodes`` admits: the move off a premium node
+    (``docs/decisions.md``).  Each node is (name, ``kubernetes.io/hostname`` label,
+    ``karpenter.sh/nodepool`` label), the labels None when the node has none.
+
+    Every existing nodeSelectorTerm (terms are ORed) is narrowed by what an autoscaler can
+    still read: Karpenter ignores a pod whose node selection uses ``matchFields`` or
+    ``kubernetes.io/hostname`` (it adds no node for it), so a Karpenter node is kept off by its
+    NodePool (``karpenter.sh/nodepool NotIn [pools]``: no machine of that pool again); another
+    node by ``kubernetes.io/hostname NotIn [labels]``; a node without either label by
+    ``matchFields metadata.name NotIn [names]``, which kube-scheduler honours.
+    """
+    nodes = list(nodes)
+    pools = sorted({p for _, _, p in nodes if p})
+    hostnames = sorted({h for _, h, p in nodes if h and not p})
+    names = sorted({n for n, h, p in nodes if not h and not p})
+    manifest = copy.deepcopy(dict(pod))
+    if not pools and not hostnames and not names:
+        return manifest
+    expressions_to_add = [
+        {"key": key, "operator": "NotIn", "values": values}
+        for key, values in ((NODEPOOL_LABEL, pools), (HOSTNAME, hostnames))
+        if values
+    ]
+    spec = manifest.setdefault("spec", {})
+    affinity = dict(spec.get("affinity") or {})
+    spec["affinity"] = affinity
+    node_affinity = dict(affinity.get("nodeAffinity") or {})
+    affinity["nodeAffinity"] = node_affinity
+    selector = node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution") or {}
+    terms = [dict(t) for t in selector.get("nodeSelectorTerms") or []] or [{}]
+    for t in terms:
+        if expressions_to_add:
+            expressions = list(t.get("matchExpressions") or [])
+            expressions += [e for e in expressions_to_add if e not in expressions]
+            t["matchExpressions"] = expressions
+        if names:
+            off = {"key": "metadata.name", "operator": "NotIn", "values": names}
+            fields = list(t.get("matchFields") or [])
+            if off not in fields:
+                fields.append(off)
+            t["matchFields"] = fields
+    node_affinity["requiredDuringSchedulingIgnoredDuringExecution"] = {
+        **selector,
+        "nodeSelectorTerms": terms,
+    }
     return manifest

@@ -22,28 +22,47 @@ What it guarantees:
   answers 303 to its spawn-pending page;
 - any failure part way ends in words on JupyterHub's error page, counted in
   ``nebari_colocate_way_out_total{outcome}``.
+
+The move off a premium node, ``POST {hub}/colocate/move/<user>`` with form fields ``node`` and
+``server`` (each server the home page's notice names) and ``_xsrf``, has the same guarantees: it
+re-checks under the lock that exactly those servers of the user ride on that premium node with no
+server of the user there that needs it (:func:`nebari_colocate.wayout.premium_rides`), stops them,
+waits until the home is released from the node, and starts each again with its stored options,
+kept off every premium node the hub knows (:func:`nebari_colocate.affinity.avoid_nodes`); 303 to
+the home page; outcome ``moved``.  The steps after the scope checks are plain coroutines
+(:func:`take_way_out`, :func:`move_off_premium`) that take the stop and the start as callables,
+so tests and benchmarks run exactly them with spawners of their own.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, ClassVar
 
 from jupyterhub.handlers import BaseHandler
 from jupyterhub.utils import url_escape_path, url_path_join
 from tornado import web
+from tornado.log import app_log
 from traitlets.config import Config
+from traitlets.config.loader import LazyConfigValue
 
 from . import messages, metrics
+from .objects import GPU_RESOURCES
 from .wayout import home_holders, home_released
 
 #: the handler's path under the hub's base URL: user, then server ("" for the default server)
 WAY_OUT_PATH = r"/colocate/way-out/([^/]+)/?([^/]*)"
+#: the move's path under the hub's base URL: the user
+MOVE_PATH = r"/colocate/move/([^/]+)/?"
 
 STARTED, FORBIDDEN, STALE, BUSY = "started", "forbidden", "stale", "busy"
 STOP_FAILED, RELEASE_TIMEOUT, START_FAILED = "stop-failed", "release-timeout", "start-failed"
+MOVED = "moved"
+
+#: stop one server of the user by name, returning once it has stopped (raise if it did not)
+StopServer = Callable[[str], Awaitable[None]]
 
 #: seconds between looks at the home while waiting for its release
 POLL_SECONDS = 0.5
@@ -60,11 +79,250 @@ class WayOutFailed(web.HTTPError):
         self.jupyterhub_html_message = messages.way_out_failed_html(outcome, **words)
 
 
-class WayOutHandler(BaseHandler):  # type: ignore[misc]  # JupyterHub ships no types
-    """``POST /hub/colocate/way-out/<user>/<server>``: see the module docstring."""
+class MoveFailed(web.HTTPError):
+    """A move off a premium node that ended part-way, with the words of its error page."""
 
-    #: user name -> the server a way out is being taken for now (one per user at a time)
+    def __init__(self, status: int, outcome: str, **words: Any) -> None:
+        message = messages.move_failed(outcome, **words)
+        super().__init__(status, "move %s: %s", outcome, message, reason=outcome)
+        self.outcome = outcome
+        self.jupyterhub_message = message
+        self.jupyterhub_html_message = messages.move_failed_html(outcome, **words)
+
+
+# ----------------------------------------------------------------------------------------------
+# the steps, as plain coroutines (the handlers call them; so do the cluster tests and benchmarks)
+
+
+async def take_way_out(
+    spawner: Any,
+    stop: Sequence[str],
+    *,
+    is_running: Callable[[str], bool],
+    stop_server: StopServer,
+    start_server: Callable[[dict[str, Any]], Awaitable[None]],
+    words: dict[str, Any],
+) -> None:
+    """The way out of ``spawner``'s last refusal: under the user's lock, check that ``stop`` is
+    still its way out and what holds the home is unchanged, stop exactly ``stop``, wait for the
+    release; then start ``spawner``'s server with its stored options.  WayOutFailed (not yet
+    counted) if any step ends it."""
+    stop = tuple(stop)
+    locks = getattr(type(spawner), "_colocation_locks", None)
+    if locks is None or not hasattr(spawner, "home_pods"):
+        raise WayOutFailed(409, STALE, **words)
+    username = spawner.user.name
+    if not await locks.acquire(username, spawner.k8s_api_request_retry_timeout):
+        raise WayOutFailed(409, BUSY, **words)
+    try:
+        blockers = _recheck(spawner, stop, is_running, words)
+        deadline = time.monotonic() + spawner.way_out_release_timeout
+        await _stop_all(stop, stop_server, deadline, lambda **kw: WayOutFailed(**kw, **words))
+        claims = blockers["claims"]
+        if not await _released(
+            spawner,
+            claims,
+            stop,
+            all_holders=set(stop) >= set(blockers["servers"]),
+            node=blockers.get("node"),
+            deadline=deadline,
+        ):
+            raise WayOutFailed(
+                504, RELEASE_TIMEOUT, **words, seconds=spawner.way_out_release_timeout
+            )
+    finally:
+        locks.release(username)
+    try:
+        await start_server(_options(spawner))
+    except Exception as exc:
+        raise WayOutFailed(*_start_failure(exc), **words, detail=_start_detail(exc)) from exc
+
+
+async def move_off_premium(
+    spawner: Any,
+    node: str,
+    servers: Sequence[str],
+    *,
+    spawner_of: Callable[[str], Any],
+    stop_server: StopServer,
+    start_server: Callable[[str, dict[str, Any]], Awaitable[None]],
+    words: dict[str, Any],
+) -> None:
+    """Move ``servers`` (the user's, riding on premium node ``node``) off it: under the user's
+    lock, check that they are still exactly the ride (:meth:`premium_rides`), stop them, wait
+    until the home is released from ``node``; then start each again with the options it had,
+    kept off every premium node (``colocation_move_off`` of the spawner that starts it).
+    MoveFailed (not yet counted) if any step ends it.
+
+    ``spawner_of(name)`` is asked again for the start: JupyterHub drops a stopped server's
+    Spawner object (``User.stop``) and makes a new one for its next start."""
+    servers = tuple(sorted(set(servers)))
+    locks = getattr(type(spawner), "_colocation_locks", None)
+    if locks is None or not hasattr(spawner, "premium_rides"):
+        raise MoveFailed(409, STALE, **words)
+    username = spawner.user.name
+    if not await locks.acquire(username, spawner.k8s_api_request_retry_timeout):
+        raise MoveFailed(409, BUSY, **words)
+    try:
+        ride = next((r for r in spawner.premium_rides() if r.node == node), None)
+        if ride is None or ride.servers != servers:
+            raise MoveFailed(409, STALE, **words)
+        options = {name: _options(spawner_of(name)) for name in servers}
+        claims = spawner.exclusive_claims_of(servers)
+        avoid = spawner.premium_nodes()
+        deadline = time.monotonic() + spawner.way_out_release_timeout
+        await _stop_all(servers, stop_server, deadline, lambda **kw: MoveFailed(**kw, **words))
+        if not await _released(
+            spawner, claims, servers, all_holders=True, node=node, deadline=deadline
+        ):
+            raise MoveFailed(504, RELEASE_TIMEOUT, **words, seconds=spawner.way_out_release_timeout)
+    finally:
+        locks.release(username)
+    for name in servers:
+        target = spawner_of(name)
+        target.colocation_move_off = avoid
+        try:
+            await start_server(name, options[name])
+        except Exception as exc:
+            target.colocation_move_off = ()
+            raise MoveFailed(*_start_failure(exc), **words, detail=_start_detail(exc)) from exc
+
+
+def _recheck(
+    spawner: Any, stop: tuple[str, ...], is_running: Callable[[str], bool], words: dict[str, Any]
+) -> dict[str, Any]:
+    """The refusal's blockers, if they are still what blocks the start; else 409."""
+    failure = spawner.colocation_failure or {}
+    way_out = failure.get("way_out")
+    blockers = failure.get("way_out_blockers")
+    if not way_out or not blockers or tuple(way_out.get("stop") or ()) != stop or not stop:
+        raise WayOutFailed(409, STALE, **words)
+    if not all(is_running(name) for name in stop):
+        raise WayOutFailed(409, STALE, **words)
+    now = home_holders(
+        spawner.home_pods(blockers["claims"]),
+        blockers["claims"],
+        spawner.user.name,
+        spawner.colocation_label_value,
+    )
+    if now != (tuple(blockers["servers"]), 0):
+        raise WayOutFailed(409, STALE, **words)
+    return dict(blockers)
+
+
+async def _stop_all(
+    names: Sequence[str], stop_server: StopServer, deadline: float, failed: Callable[..., Exception]
+) -> None:
+    for name in names:
+        try:
+            await asyncio.wait_for(
+                stop_server(name), timeout=max(deadline - time.monotonic(), 0.01)
+            )
+        except asyncio.TimeoutError:
+            raise failed(status=500, outcome=STOP_FAILED, detail="it took too long") from None
+        except web.HTTPError:
+            raise
+        except Exception as exc:
+            raise failed(
+                status=500, outcome=STOP_FAILED, detail=f"{type(exc).__name__}: {exc}"
+            ) from exc
+
+
+async def _released(
+    spawner: Any,
+    claims: list[str],
+    stopped: Sequence[str],
+    *,
+    all_holders: bool,
+    node: str | None,
+    deadline: float,
+) -> bool:
+    """Wait until the stop of ``stopped`` has released ``claims`` (:func:`home_released`);
+    False at ``deadline``."""
+    while not home_released(
+        spawner.home_pods(claims),
+        spawner.home_attached_nodes(claims),
+        claims=claims,
+        stopped=stopped,
+        all_holders=all_holders,
+        node=node,
+    ):
+        if time.monotonic() >= deadline:
+            return False
+        await asyncio.sleep(POLL_SECONDS)
+    return True
+
+
+def _options(spawner: Any) -> dict[str, Any]:
+    """The options a server was started with (profile, jhub-apps app options)."""
+    stored = spawner.user_options or getattr(spawner.orm_spawner, "user_options", None) or {}
+    return dict(stored)
+
+
+def _start_failure(exc: Exception) -> tuple[int, str]:
+    return (400 if getattr(exc, "status_code", 500) < 500 else 500), START_FAILED
+
+
+def _start_detail(exc: BaseException) -> str:
+    detail = getattr(exc, "jupyterhub_message", None) or getattr(exc, "log_message", None)
+    return str(detail or f"{type(exc).__name__}: {exc}")
+
+
+# ----------------------------------------------------------------------------------------------
+# the handlers
+
+
+class _ColocateHandler(BaseHandler):  # type: ignore[misc]  # JupyterHub ships no types
+    """What the way out and the move share: scopes, display names, JupyterHub's stop."""
+
+    #: user name -> the server a way out is being taken for now, or MOVED for a move (one per
+    #: user at a time)
     _in_flight: ClassVar[dict[str, str]] = {}
+
+    def _allowed(self, user: Any, servers: Sequence[str]) -> bool:
+        """JupyterHub's ``servers`` scope (what its REST API needs to start and stop a server)
+        covers every server of ``servers``: a server that exists is judged as a server
+        (``servers!server=u/s``), one that does not as the user's (``servers!user=u``)."""
+        allowed = self.get_scope_filter("servers")
+        for name in dict.fromkeys(servers):
+            orm_spawner = user.orm_spawners.get(name)
+            if orm_spawner is not None:
+                if not allowed(orm_spawner, kind="server"):
+                    return False
+            elif not allowed(user.orm_user, kind="user"):
+                return False
+        return True
+
+    @staticmethod
+    def _display_names(user: Any, server_name: str) -> dict[str, str]:
+        if server_name in user.orm_spawners:
+            spawner = user.spawners[server_name]
+            names = getattr(spawner, "server_display_names", None)
+            if callable(names):
+                return dict(names())
+        return {}
+
+    @staticmethod
+    def _running(user: Any, name: str) -> bool:
+        if name not in user.orm_spawners:
+            return False
+        other = user.spawners[name]
+        return bool(other.active and not other.pending)
+
+    def _stopper(self, user: Any) -> StopServer:
+        async def stop_server(name: str) -> None:
+            """JupyterHub's own stop, waited for (it swallows a failed stop: a server still
+            active afterwards did not stop)."""
+            future = await self.stop_single_user(user, name)
+            await asyncio.shield(future)
+            if user.spawners[name].active:
+                raise RuntimeError(f"{name or 'the default server'} is still running")
+
+        return stop_server
+
+
+class WayOutHandler(_ColocateHandler):
+    """``POST /hub/colocate/way-out/<user>/<server>``: see the module docstring."""
 
     @web.authenticated
     async def post(self, user_name: str, server_name: str = "") -> None:
@@ -93,15 +351,26 @@ class WayOutHandler(BaseHandler):  # type: ignore[misc]  # JupyterHub ships no t
             self.redirect(pending_url, status=303)
             return
         self._in_flight[user.name] = server_name
+
+        async def start_server(options: dict[str, Any]) -> None:
+            await self.spawn_single_user(user, server_name, options=options)
+
         try:
-            await self._stop_blockers(user, spawner, stop, words)
-            await self._start(user, spawner, server_name, words)
+            await take_way_out(
+                spawner,
+                stop,
+                is_running=lambda name: self._running(user, name),
+                stop_server=self._stopper(user),
+                start_server=start_server,
+                words=words,
+            )
+        except WayOutFailed as failed:
+            metrics.observe_way_out(failed.outcome)
+            raise
         finally:
             self._in_flight.pop(user.name, None)
         metrics.observe_way_out(STARTED)
         self.redirect(pending_url, status=303)
-
-    # ------------------------------------------------------------------------------------------
 
     def _failed(
         self, status: int, outcome: str, *, counted: bool = False, **words: Any
@@ -110,135 +379,136 @@ class WayOutHandler(BaseHandler):  # type: ignore[misc]  # JupyterHub ships no t
             metrics.observe_way_out(outcome)
         return WayOutFailed(status, outcome, **words)
 
-    def _allowed(self, user: Any, servers: Sequence[str]) -> bool:
-        """JupyterHub's ``servers`` scope (what its REST API needs to start and stop a server)
-        covers every server of ``servers``: a server that exists is judged as a server
-        (``servers!server=u/s``), one that does not as the user's (``servers!user=u``)."""
-        allowed = self.get_scope_filter("servers")
-        for name in dict.fromkeys(servers):
-            orm_spawner = user.orm_spawners.get(name)
-            if orm_spawner is not None:
-                if not allowed(orm_spawner, kind="server"):
-                    return False
-            elif not allowed(user.orm_user, kind="user"):
-                return False
-        return True
+
+class MoveHandler(_ColocateHandler):
+    """``POST /hub/colocate/move/<user>``: see the module docstring."""
+
+    @web.authenticated
+    async def post(self, user_name: str) -> None:
+        servers = tuple(sorted(dict.fromkeys(self.get_body_arguments("server"))))
+        node = self.get_body_argument("node", "")
+        user = self.find_user(user_name)
+        words: dict[str, Any] = {"servers": servers}
+        if user is None or not servers or not node or not self._allowed(user, servers):
+            metrics.observe_way_out(FORBIDDEN)
+            raise MoveFailed(403, FORBIDDEN, **words)
+        words["display_names"] = self._display_names(user, servers[0])
+        if user.name in self._in_flight:
+            metrics.observe_way_out(BUSY)
+            raise MoveFailed(409, BUSY, **words)
+        if not all(self._running(user, name) for name in servers):
+            metrics.observe_way_out(STALE)
+            raise MoveFailed(409, STALE, **words)
+        self._in_flight[user.name] = MOVED
+
+        async def start_server(name: str, options: dict[str, Any]) -> None:
+            await self.spawn_single_user(user, name, options=options)
+
+        try:
+            await move_off_premium(
+                user.spawners[servers[0]],
+                node,
+                servers,
+                spawner_of=lambda name: user.spawners[name],
+                stop_server=self._stopper(user),
+                start_server=start_server,
+                words=words,
+            )
+        except MoveFailed as failed:
+            metrics.observe_way_out(failed.outcome)
+            raise
+        finally:
+            self._in_flight.pop(user.name, None)
+        metrics.observe_way_out(MOVED)
+        self.redirect(url_path_join(self.hub.base_url, "home"), status=303)
+
+
+# ----------------------------------------------------------------------------------------------
+# the home page's notice (JupyterHub's template variable ``announcement_home``)
+
+
+class HomeNotice:
+    """``c.JupyterHub.template_vars["announcement_home"]``: JupyterHub calls it with the
+    current user for every page it renders (``BaseHandler.template_namespace``; JupyterHub 5.5
+    and 6.1 call a callable value with the user, synchronously), and its home page shows a
+    string ``announcement_home`` in place of ``announcement``.
+
+    It returns the move's notice for each premium node the user's servers keep running alone
+    (:meth:`premium_rides`, from the live view: no API request), followed by what the operator
+    had set (``announcement_home``, else ``announcement``, a string or a callable of the
+    user); with no notice, the operator's ``announcement_home`` as it was (None if unset, so
+    that JupyterHub's home falls back to ``announcement``).
+    """
+
+    def __init__(self, previous_home: Any = None, previous: Any = None) -> None:
+        self.previous_home = previous_home
+        self.previous = previous
 
     @staticmethod
-    def _display_names(user: Any, server_name: str) -> dict[str, str]:
-        if server_name in user.orm_spawners:
-            spawner = user.spawners[server_name]
-            names = getattr(spawner, "server_display_names", None)
-            if callable(names):
-                return dict(names())
-        return {}
+    def _value(value: Any, user: Any) -> Any:
+        return value(user) if callable(value) else value
 
-    async def _stop_blockers(
-        self, user: Any, spawner: Any, stop: tuple[str, ...], words: dict[str, Any]
-    ) -> None:
-        """Under the user's lock: check again, stop exactly ``stop``, wait for the release."""
-        locks = getattr(type(spawner), "_colocation_locks", None)
-        if locks is None or not hasattr(spawner, "home_pods"):
-            raise self._failed(409, STALE, **words)
-        if not await locks.acquire(user.name, spawner.k8s_api_request_retry_timeout):
-            raise self._failed(409, BUSY, **words)
+    def __call__(self, user: Any) -> str | None:
+        home = self._value(self.previous_home, user)
         try:
-            blockers = self._recheck(user, spawner, stop, words)
-            deadline = time.monotonic() + spawner.way_out_release_timeout
-            await self._stop(user, stop, deadline, words)
-            await self._wait_released(spawner, stop, blockers, deadline, words)
-        finally:
-            locks.release(user.name)
+            notice = self.notice(user)
+        except Exception:  # the home page must render whatever happens here
+            app_log.exception("colocate: the home page's notice of %s failed", user)
+            notice = ""
+        if not notice:
+            return home if isinstance(home, str) else None
+        earlier = home if isinstance(home, str) else self._value(self.previous, user)
+        if isinstance(earlier, str) and earlier:
+            return f"{notice}<div>{earlier}</div>"
+        return notice
 
-    def _recheck(
-        self, user: Any, spawner: Any, stop: tuple[str, ...], words: dict[str, Any]
-    ) -> dict[str, Any]:
-        """The refusal's blockers, if they are still what blocks the start; else 409."""
-        failure = spawner.colocation_failure or {}
-        way_out = failure.get("way_out")
-        blockers = failure.get("way_out_blockers")
-        if not way_out or not blockers or tuple(way_out.get("stop") or ()) != stop or not stop:
-            raise self._failed(409, STALE, **words)
-        for name in stop:
-            if name not in user.orm_spawners:
-                raise self._failed(409, STALE, **words)
-            other = user.spawners[name]
-            if other.pending or not other.active:
-                raise self._failed(409, STALE, **words)
-        now = home_holders(
-            spawner.home_pods(blockers["claims"]),
-            blockers["claims"],
-            user.name,
-            spawner.colocation_label_value,
+    @staticmethod
+    def notice(user: Any) -> str:
+        """The move's notices of ``user`` (escaped HTML), or ""."""
+        if user is None or getattr(user, "kind", "user") != "user":
+            return ""
+        spawner = user.spawner
+        rides = getattr(spawner, "premium_rides", None)
+        if not callable(rides):
+            return ""
+        found = rides()
+        if not found:
+            return ""
+        names = spawner.server_display_names()
+        premium = set(spawner.premium_resources)
+        kind = "GPU" if premium and premium <= set(GPU_RESOURCES) else "premium"
+        action = url_path_join(user.settings["hub"].base_url, "colocate", "move", user.escaped_name)
+        return "".join(
+            f'<div class="colocate-premium-ride">'
+            f"{messages.premium_ride_html(r.servers, r.node, action, names, kind=kind)}</div>"
+            for r in found
         )
-        if now != (tuple(blockers["servers"]), 0):
-            raise self._failed(409, STALE, **words)
-        return dict(blockers)
 
-    async def _stop(
-        self, user: Any, stop: tuple[str, ...], deadline: float, words: dict[str, Any]
-    ) -> None:
-        """JupyterHub's own stop of each listed server, waited for (it swallows a failed stop:
-        a server still active afterwards did not stop)."""
-        for name in stop:
-            try:
-                future = await self.stop_single_user(user, name)
-                await asyncio.wait_for(
-                    asyncio.shield(future), timeout=max(deadline - time.monotonic(), 0.01)
-                )
-            except asyncio.TimeoutError:
-                raise self._failed(500, STOP_FAILED, **words, detail="it took too long") from None
-            except Exception as exc:
-                raise self._failed(
-                    500, STOP_FAILED, **words, detail=f"{type(exc).__name__}: {exc}"
-                ) from exc
-            if user.spawners[name].active:
-                raise self._failed(500, STOP_FAILED, **words)
 
-    async def _wait_released(
-        self,
-        spawner: Any,
-        stop: tuple[str, ...],
-        blockers: dict[str, Any],
-        deadline: float,
-        words: dict[str, Any],
-    ) -> None:
-        claims = blockers["claims"]
-        all_holders = set(stop) >= set(blockers["servers"])
-        while not home_released(
-            spawner.home_pods(claims),
-            spawner.home_attached_nodes(claims),
-            claims=claims,
-            stopped=stop,
-            all_holders=all_holders,
-            node=blockers.get("node"),
-        ):
-            if time.monotonic() >= deadline:
-                raise self._failed(
-                    504, RELEASE_TIMEOUT, **words, seconds=spawner.way_out_release_timeout
-                )
-            await asyncio.sleep(POLL_SECONDS)
-
-    async def _start(
-        self, user: Any, spawner: Any, server_name: str, words: dict[str, Any]
-    ) -> None:
-        """The requested server, with the options it was asked with (profile, jhub-apps app)."""
-        options = spawner.user_options or getattr(spawner.orm_spawner, "user_options", None) or {}
-        try:
-            await self.spawn_single_user(user, server_name, options=dict(options))
-        except Exception as exc:
-            detail = getattr(exc, "jupyterhub_message", None) or getattr(exc, "log_message", None)
-            raise self._failed(
-                400 if getattr(exc, "status_code", 500) < 500 else 500,
-                START_FAILED,
-                **words,
-                detail=str(detail or f"{type(exc).__name__}: {exc}"),
-            ) from exc
+def install_notice(c: Config) -> bool:
+    """Put :class:`HomeNotice` in ``c.JupyterHub.template_vars["announcement_home"]``, keeping
+    what the operator set there (a dict, or ``template_vars.update(...)``); once.  False, and
+    nothing changed, when ``template_vars`` is neither (JupyterHub takes only a dict)."""
+    current = c.JupyterHub.get("template_vars") if "template_vars" in c.JupyterHub else {}
+    if isinstance(current, LazyConfigValue):
+        current = current.get_value({})
+    if current is None:
+        current = {}
+    if not isinstance(current, Mapping):
+        return False
+    values = dict(current)
+    home = values.get("announcement_home")
+    if not isinstance(home, HomeNotice):
+        values["announcement_home"] = HomeNotice(home, values.get("announcement"))
+    c.JupyterHub.template_vars = values
+    return True
 
 
 def install(c: Config) -> None:
-    """Add the way out's handler to ``c.JupyterHub.extra_handlers`` (once)."""
+    """Add the way out's and the move's handlers to ``c.JupyterHub.extra_handlers`` (once)."""
     handlers = list(c.JupyterHub.get("extra_handlers") or [])
-    if not any(len(h) > 1 and h[1] is WayOutHandler for h in handlers):
-        handlers.append((WAY_OUT_PATH, WayOutHandler))
+    for path, handler in ((WAY_OUT_PATH, WayOutHandler), (MOVE_PATH, MoveHandler)):
+        if not any(len(h) > 1 and h[1] is handler for h in handlers):
+            handlers.append((path, handler))
     c.JupyterHub.extra_handlers = handlers
+    install_notice(c)

@@ -1643,3 +1643,104 @@ def way_out_failed_html(outcome: str, **kwargs: Any) -> str:
     """:func:`way_out_failed` as HTML, escaped."""
     text = html.escape(way_out_failed(outcome, **kwargs))
     return f'<div class="colocate-message colocate-way-out" style="text-align: left">{text}</div>'
+
+
+# --------------------------------------------------------------------------------------------------
+# the move off a premium node (nebari_colocate.handlers.MoveHandler)
+
+
+def premium_ride_text(
+    servers: Sequence[str], display_names: Mapping[str, str] | None = None, *, kind: str = "GPU"
+) -> str:
+    """ "'Pandas App' keeps a GPU node running: move it to a standard node" (the home pages'
+    notice once the user's GPU lab has stopped while these servers ride on its node)."""
+    return f"{_ride_subject(servers, display_names, kind)}: {_ride_action(servers)}"
+
+
+def _ride_subject(
+    servers: Sequence[str], display_names: Mapping[str, str] | None, kind: str
+) -> str:
+    names = _join([server_label(s, display_names) for s in servers])
+    names = names[:1].upper() + names[1:]
+    verb = "keeps" if len(servers) == 1 else "keep"
+    return f"{names} {verb} a {kind} node running"
+
+
+def _ride_action(servers: Sequence[str]) -> str:
+    return f"move {'it' if len(servers) == 1 else 'them'} to a standard node"
+
+
+def premium_ride_html(
+    servers: Sequence[str],
+    node: str,
+    action: str,
+    display_names: Mapping[str, str] | None = None,
+    *,
+    kind: str = "GPU",
+) -> str:
+    """The notice as HTML, every name escaped: the sentence, its last words a button that
+    POSTs to ``action`` (the move's handler) with the node, the servers and the page's XSRF
+    token (JupyterHub's pages carry it in ``window.jhdata.xsrf_token``)."""
+    esc = html.escape
+    fields = "".join(f'<input type="hidden" name="server" value="{esc(s)}">' for s in servers)
+    return (
+        f'<form class="colocate-move" method="post" action="{esc(action)}" '
+        'style="display: inline; margin: 0">'
+        '<input type="hidden" name="_xsrf" value="">'
+        f'<input type="hidden" name="node" value="{esc(node)}">{fields}'
+        f"{esc(_ride_subject(servers, display_names, kind))}: "
+        '<button type="submit" class="btn btn-sm btn-primary colocate-move-button">'
+        f"{esc(_ride_action(servers))}</button></form>"
+        "<script>(function () {"
+        "var t = (window.jhdata || {}).xsrf_token || '';"
+        "var f = document.querySelectorAll('form.colocate-move input[name=_xsrf]');"
+        "for (var i = 0; i < f.length; i++) { f[i].value = t; }"
+        "})();</script>"
+    )
+
+
+def move_failed(
+    outcome: str,
+    *,
+    servers: Sequence[str] = (),
+    display_names: Mapping[str, str] | None = None,
+    detail: str = "",
+    seconds: float = 0.0,
+) -> str:
+    """Why a move off a premium node stopped part-way (``outcome``: a label of
+    ``nebari_colocate_way_out_total``), in plain text."""
+    moved = _join([server_label(s, display_names) for s in servers]) or "nothing"
+    them = "it" if len(servers) == 1 else "them"
+    if outcome == "forbidden":
+        return "You are not allowed to stop and start these servers."
+    if outcome == "stale":
+        return (
+            f"Nothing was stopped: {moved} no longer keeps that node running alone (a server "
+            "started or stopped in between). Reload the home page to see what runs now."
+        )
+    if outcome == "busy":
+        return (
+            "Nothing was stopped: another way out or move of yours is under way. Wait for it "
+            "to end, then try again."
+        )
+    if outcome == "stop-failed":
+        return (
+            f"Stopping {moved} did not finish{f' ({detail})' if detail else ''}. Stop {them} on "
+            "the home page, then start again."
+        )
+    if outcome == "release-timeout":
+        return (
+            f"{moved[:1].upper()}{moved[1:]} stopped, but the home volume was not released "
+            f"within {seconds:g} s (way_out_release_timeout). Start {them} again in a minute; "
+            "if it keeps failing, an administrator can help."
+        )
+    if outcome == "start-failed":
+        tail = f" {detail}" if detail else ""
+        return f"{moved[:1].upper()}{moved[1:]} stopped, but did not start again.{tail}"
+    return f"The move did not finish ({outcome})."
+
+
+def move_failed_html(outcome: str, **kwargs: Any) -> str:
+    """:func:`move_failed` as HTML, escaped."""
+    text = html.escape(move_failed(outcome, **kwargs))
+    return f'<div class="colocate-message colocate-move" style="text-align: left">{text}</div>'

@@ -23,7 +23,7 @@ import asyncio
 import contextlib
 import json
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from datetime import datetime, timezone
 from types import SimpleNamespace
 from typing import Any, ClassVar, NoReturn
@@ -42,7 +42,7 @@ from traitlets import (
 )
 
 from . import messages, metrics
-from .affinity import apply_decision, user_colocation_keys
+from .affinity import NODEPOOL_LABEL, apply_decision, avoid_nodes, user_colocation_keys
 from .config import (
     ACCESS_MODES,
     API_FAULT_SWEEP_SECONDS,
@@ -72,7 +72,7 @@ from .faults import (
     api_fault,
     connection_failed,
 )
-from .fit import requests_any
+from .fit import offered, requests_any
 from .jupyterhub import (
     JUPYTERHUB_MAJOR,
     ColocationRefused,
@@ -84,16 +84,22 @@ from .known_modes import KnownModes
 from .kubeapi import admitted_pod, sweep_late_pod
 from .locks import UserLocks
 from .objects import (
+    HOSTNAME,
     SERVERNAME_ANNOTATION,
     USERNAME_ANNOTATION,
     JsonDict,
     attached_nodes,
+    is_exclusive,
+    is_server,
+    meta,
+    owned_by,
     pod_claims,
     pod_server,
 )
 from .placement import COLOCATE, REFUSE, SKIP, Decision, Policy, decide, safe_side
 from .state import ClusterState
 from .view import ClusterView, DirectReader, ViewNotLive
+from .wayout import PremiumRide, premium_rides
 
 __all__ = ["JUPYTERHUB_MAJOR", "ColocatingKubeSpawner", "ColocationRefused", "KubernetesApiFault"]
 
@@ -320,6 +326,10 @@ class ColocatingKubeSpawner(KubeSpawner):  # type: ignore[misc]  # KubeSpawner s
         self.colocation_failure: dict[str, Any] | None = None
         #: seconds of the last check, the dry run's API round trip apart (benchmarks read it)
         self.colocation_timings: dict[str, float] = {}
+        #: for the next start only, set by the move off a premium node (nebari_colocate.handlers):
+        #: the nodes ((name, hostname label, Karpenter NodePool label)) an unpinned pod is kept
+        #: off (nebari_colocate.affinity.avoid_nodes)
+        self.colocation_move_off: tuple[tuple[str, str | None, str | None], ...] = ()
 
     def check_colocation_config(self) -> None:
         """Raise ColocationConfigError for settings that contradict each other."""
@@ -691,6 +701,63 @@ class ColocatingKubeSpawner(KubeSpawner):  # type: ignore[misc]  # KubeSpawner s
                 nodes |= attached_nodes(view.attachments_by_pv.get(pv), pv)
         return nodes
 
+    def _live_view(self) -> ClusterView | None:
+        view = ClusterView.shared(self.api.api_client, self.namespace)
+        view.start()  # a hub that has not spawned since it started: the watches begin here
+        return view if view.live else None
+
+    def premium_rides(self) -> tuple[PremiumRide, ...]:
+        """This user's servers that keep a premium node running with none of the user's
+        servers there needing it (:func:`nebari_colocate.wayout.premium_rides`), from the live
+        view; empty while it is not live or the Nodes cannot be read (nothing can be told)."""
+        view = self._live_view()
+        if view is None or view.nodes.forbidden:
+            return ()
+        pods = [p for p in view.pods.items.values() if meta(p).get("namespace") == self.namespace]
+        nodes = {meta(n).get("name", ""): n for n in view.nodes.items.values()}
+        return premium_rides(
+            pods,
+            nodes,
+            username=self.user.name,
+            label_value=self.colocation_label_value,
+            premium_resources=self.premium_resources,
+        )
+
+    def premium_nodes(self) -> tuple[tuple[str, str | None, str | None], ...]:
+        """Every premium node of the live view, (name, ``kubernetes.io/hostname`` label,
+        ``karpenter.sh/nodepool`` label): what a moved server is kept off
+        (:func:`nebari_colocate.affinity.avoid_nodes`)."""
+        view = self._live_view()
+        if view is None or view.nodes.forbidden:
+            return ()
+        found = []
+        for node in view.nodes.items.values():
+            if offered(node, self.premium_resources):
+                labels = meta(node).get("labels") or {}
+                name = str(meta(node).get("name", ""))
+                found.append((name, labels.get(HOSTNAME), labels.get(NODEPOOL_LABEL)))
+        return tuple(sorted(found))
+
+    def exclusive_claims_of(self, servers: Sequence[str]) -> list[str]:
+        """The exclusive claims (by the live view's claims; a claim not known counts by
+        ``storage_access_mode``) that this user's running ``servers`` mount."""
+        view = ClusterView.shared(self.api.api_client, self.namespace)
+        wanted = set(servers)
+        claims: set[str] = set()
+        for pod in view.pods.items.values():
+            if meta(pod).get("namespace") != self.namespace or not is_server(pod):
+                continue
+            mine = owned_by(pod, self.user.name, self.colocation_label_value)
+            if mine and pod_server(pod) in wanted:
+                claims.update(pod_claims(pod))
+        found = []
+        for claim in sorted(claims):
+            pvc = view.pvcs.items.get(f"{self.namespace}/{claim}")
+            modes = ((pvc or {}).get("spec") or {}).get("accessModes") or [self.storage_access_mode]
+            if is_exclusive(modes):
+                found.append(claim)
+        return found
+
     async def _hold(self, refusal: ColocationRefused) -> None:
         """Keep a REST-requested refused spawn pending for ``refusal_hold_seconds``, with the
         reason in the progress stream, so pages that look again see how it ended."""
@@ -752,6 +819,10 @@ class ColocatingKubeSpawner(KubeSpawner):  # type: ignore[misc]  # KubeSpawner s
         manifest = apply_decision(
             pod, decision, self.colocation_label_key, self.colocation_label_value
         )
+        if self.colocation_move_off and decision.node is None:
+            # the move off a premium node: not pinned (the home was released), so keep the pod
+            # off every premium node, or the scheduler may put it back where it was
+            manifest = avoid_nodes(manifest, self.colocation_move_off)
         if self._colocation_lock_held:
             self._colocation_release_task = asyncio.ensure_future(self._release_when_pod_visible())
         if decision.verdict == SKIP:
@@ -839,6 +910,8 @@ class ColocatingKubeSpawner(KubeSpawner):  # type: ignore[misc]  # KubeSpawner s
                 error = self._connection_error
                 fault = (UNREACHABLE, f"{type(error).__name__}: {error}")
             raise self._api_fault_error(exc, *fault, started=started) from exc
+        finally:
+            self.colocation_move_off = ()  # for one start only
 
     def _api_fault_error(
         self, exc: BaseException, fault: str, detail: str, *, started: float

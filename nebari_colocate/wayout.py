@@ -17,6 +17,10 @@ one of the user's own servers (a Job's pod, another user's or another namespace'
 volume is pinned by an attachment only (a detach in progress: waiting is the way), or when the
 reason is one that stopping servers cannot change (a split attachment, a volume bound to the node,
 a node that is gone, a home being moved).
+
+The move off a premium node (:func:`premium_rides`): once the user's GPU lab has stopped, the
+servers of the user that rode along on its node keep that node running; they are listed so that
+one click restarts them elsewhere.
 """
 
 from __future__ import annotations
@@ -27,10 +31,12 @@ from dataclasses import dataclass
 
 from . import fit
 from .objects import (
+    HOSTNAME,
     JsonDict,
     Obj,
     holders,
     is_server,
+    is_terminal,
     meta,
     owned_by,
     pod_claims,
@@ -185,3 +191,64 @@ def home_released(
     if held:
         return False
     return attached is None or node is None or node not in attached
+
+
+# --------------------------------------------------------------------------------------------------
+# the move off a premium node (the GPU node kept alive, resolved)
+
+
+@dataclass(frozen=True)
+class PremiumRide:
+    """The user's servers that keep premium node ``node`` running although none of the user's
+    servers there asks for a premium resource (the GPU lab stopped, its apps ride on): stop them
+    and start them again off it (``docs/decisions.md``, "The move off a premium node")."""
+
+    node: str
+    #: the node's ``kubernetes.io/hostname`` label, if it has one
+    hostname: str | None
+    #: the servers to move, sorted (``""`` is the default server)
+    servers: tuple[str, ...]
+
+    def as_json(self) -> JsonDict:
+        return {"node": self.node, "hostname": self.hostname, "servers": list(self.servers)}
+
+
+def premium_rides(
+    pods: Iterable[Obj],
+    nodes: Mapping[str, Obj] | None,
+    *,
+    username: str,
+    label_value: str | None,
+    premium_resources: Iterable[str],
+) -> tuple[PremiumRide, ...]:
+    """The premium nodes that run some of ``username``'s servers and none that needs them.
+
+    A node is premium when it offers one of ``premium_resources`` (allocatable above 0); without
+    the Nodes (``nodes`` None: no read access) nothing can be told and nothing is returned.  A
+    ride is listed only when none of the user's servers asks for a premium resource, on that node
+    or still unbound (a GPU lab being started again would want the node): the moved servers are
+    the user's running (bound, unfinished, not terminating) servers there.  Sorted by node.
+    """
+    if nodes is None:
+        return ()
+    resources = tuple(premium_resources)
+    own = [p for p in pods if is_server(p) and owned_by(p, username, label_value)]
+    own = [p for p in own if not is_terminal(p)]
+    wanting = [p for p in own if fit.requests_any(p, resources)]
+    if any(not spec(p).get("nodeName") for p in wanting):
+        return ()
+    busy = {spec(p).get("nodeName") for p in wanting}
+    by_node: dict[str, list[str]] = {}
+    for p in own:
+        node_name = spec(p).get("nodeName")
+        if not node_name or node_name in busy or meta(p).get("deletionTimestamp"):
+            continue
+        by_node.setdefault(str(node_name), []).append(pod_server(p))
+    rides = []
+    for node_name, servers in sorted(by_node.items()):
+        node = nodes.get(node_name)
+        if node is None or not fit.offered(node, resources):
+            continue
+        hostname = (meta(node).get("labels") or {}).get(HOSTNAME)
+        rides.append(PremiumRide(node_name, hostname, tuple(sorted(set(servers)))))
+    return tuple(rides)

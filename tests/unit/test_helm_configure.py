@@ -367,7 +367,7 @@ def test_configure_validates_lazy_settings_as_the_spawner_would_read_them(
 
 
 def test_configure_installs_the_way_out_handler_once_beside_other_handlers(tmp_path):
-    from nebari_colocate.handlers import WayOutHandler
+    from nebari_colocate.handlers import MoveHandler, WayOutHandler
 
     class Other:
         pass
@@ -377,6 +377,6 @@ def test_configure_installs_the_way_out_handler_once_beside_other_handlers(tmp_p
     configure(c, get_config=get_config)
     configure(c, get_config=get_config)
     handlers = c.JupyterHub.extra_handlers
-    assert [h[1] for h in handlers] == [Other, WayOutHandler]
+    assert [h[1] for h in handlers] == [Other, WayOutHandler, MoveHandler]
     # JupyterHub puts extra handlers under the hub's prefix (tests/e2e/test_way_out.py)
     assert handlers[1][0] == r"/colocate/way-out/([^/]+)/?([^/]*)"
