@@ -1263,7 +1263,10 @@ def way_out_form_html(
         "<div>One click stops:</div>"
         f'<ul class="colocate-way-out-stops">{stops}</ul>'
         f"{fields}"
-        f'<button type="submit" class="btn btn-primary colocate-way-out-button">{label}</button>'
+        # styled inline: jhub-apps' pages reset buttons to plain text (its CSS has no .btn)
+        '<button type="submit" class="btn btn-primary colocate-way-out-button" style="'
+        "display: inline-block; padding: 0.5rem 1rem; border: 0; border-radius: 0.375rem; "
+        f'background: #1d4ed8; color: #fff; font: inherit; cursor: pointer">{label}</button>'
         "</form>"
     )
 

@@ -140,3 +140,28 @@ def test_the_failed_page_includes_the_way_outs_script():
         **NS, failed=True, failed_html_message=REFUSAL, spawn_url="/hub/spawn/alice"
     )
     assert REFUSAL in page and "window.colocateWayOut" in page
+
+
+async def test_a_click_while_the_refusal_is_held_waits_for_the_hold_to_end():
+    """The spawn-pending page shows the button as soon as the held refusal's event arrives;
+    the handler then waits for the refused spawn to end before it judges the way out."""
+    import asyncio
+    import time
+    from types import SimpleNamespace
+
+    from nebari_colocate.handlers import WayOutHandler
+
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[None] = loop.create_future()
+    held = SimpleNamespace(_held_refusal=object(), _spawn_future=future, refusal_hold_seconds=2)
+    loop.call_later(0.3, future.set_exception, RuntimeError("refused"))
+    started = time.monotonic()
+    await WayOutHandler._refusal_held(held)
+    assert future.done() and 0.25 < time.monotonic() - started < 2
+    future.exception()  # retrieved
+
+    # not held: no wait at all
+    idle = SimpleNamespace(_held_refusal=None, _spawn_future=loop.create_future())
+    started = time.monotonic()
+    await WayOutHandler._refusal_held(idle)
+    assert time.monotonic() - started < 0.1
