@@ -31,12 +31,13 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
 
 from . import fit
 from .config import DEFAULT_IMAGE_PULL_GRACE_SECONDS, DEFAULT_UNSCHEDULABLE_GRACE_SECONDS
 from .objects import GPU_RESOURCES, Obj
+from .wayout import NO_WAY_OUT_REASONS, WayOut, stop_every_holder
 
 WAIT, FAIL = "wait", "fail"
 
@@ -107,6 +108,9 @@ class EventVerdict:
     image: str | None = None  # IMAGE_*, RETRYING_PULL: the image, when the event names it
     gpu: bool = False  # SCALING_UP: the pod asks for a GPU
     event: str = ""  # PROGRESS: the reason of the latest ordinary event ("" if none)
+    #: FAIL (MULTI_ATTACH, UNSCHEDULABLE_PINNED): the user's own servers to stop so that this
+    #: one can start, when every pod holding the home is one of them (``wayout``); else None
+    way_out: WayOut | None = None
 
     @property
     def reason(self) -> str | None:
@@ -727,6 +731,9 @@ def classify(
     own_servers: Mapping[str, str] | None = None,
     wants_gpu: bool = False,
     servers: Collection[str] | None = None,
+    server_name: str | None = None,
+    own_server_names: Mapping[str, str] | None = None,
+    pinned_holders: Sequence[str] = (),
 ) -> EventVerdict:
     """Decide from one pod's events whether its spawn should keep waiting or fail now.
 
@@ -740,6 +747,10 @@ def classify(
     names of the namespace's JupyterHub server pods, when known (the pod reflector's): another
     pod is then counted as a server of another user or as a pod that is not a server.
 
+    The way out (``way_out`` of a failing verdict) needs ``server_name`` (the server being
+    started) and ``own_server_names`` (the user's own server pods -> their server names);
+    ``pinned_holders`` are the pods whose hold on the home pinned the pod to ``pinned_node``.
+
     Fail-at-once rules come first (pinned and unschedulable, autoscaler refusal, Multi-Attach,
     invalid image), then the grace rules (unschedulable, image pull), then progress.
     """
@@ -752,8 +763,37 @@ def classify(
 
     failures = [v for v in (scheduling, attach, images) if v and v.action == FAIL]
     if failures:
-        return min(failures, key=lambda v: EVENT_REASON_CODES.index(v.code))
+        verdict = min(failures, key=lambda v: EVENT_REASON_CODES.index(v.code))
+        if server_name is None:
+            return verdict
+        found = event_way_out(
+            verdict, start=server_name, own=own_server_names or {}, pinned_holders=pinned_holders
+        )
+        return replace(verdict, way_out=found) if found is not None else verdict
     return scheduling or images or _progress(ordered)
+
+
+def event_way_out(
+    verdict: EventVerdict,
+    *,
+    start: str,
+    own: Mapping[str, str],
+    pinned_holders: Sequence[str] = (),
+) -> WayOut | None:
+    """The way out of a failing verdict whose cause is the user's own servers holding the home
+    (``wayout.stop_every_holder``): a Multi-Attach whose every holder is one of ``own`` (pod
+    name -> server name); a pinned pod the pinned node cannot take, pinned by ``pinned_holders``
+    all of ``own``, unless a reason is one that stopping servers cannot change (the volume's
+    own node affinity).  None otherwise."""
+    if verdict.action != FAIL:
+        return None
+    if verdict.code == MULTI_ATTACH:
+        return stop_every_holder(verdict.holders, own, start=start, others=verdict.others)
+    if verdict.code == UNSCHEDULABLE_PINNED:
+        if any(f.cause in NO_WAY_OUT_REASONS for f in verdict.fragments):
+            return None
+        return stop_every_holder(pinned_holders, own, start=start)
+    return None
 
 
 def told_in_words(event: Obj) -> bool:

@@ -336,6 +336,8 @@ class WayOutHandler(_ColocateHandler):
         pending_url = url_path_join(
             self.hub.base_url, "spawn-pending", user.escaped_name, url_escape_path(server_name)
         )
+        if server_name in user.orm_spawners:
+            await self._refusal_held(user.spawners[server_name])
         running = self._in_flight.get(user.name)
         if running is not None:
             metrics.observe_way_out(BUSY)
@@ -371,6 +373,20 @@ class WayOutHandler(_ColocateHandler):
             self._in_flight.pop(user.name, None)
         metrics.observe_way_out(STARTED)
         self.redirect(pending_url, status=303)
+
+    # ------------------------------------------------------------------------------------------
+
+    @staticmethod
+    async def _refusal_held(spawner: Any) -> None:
+        """A click while the refused spawn is still held pending (``refusal_hold_seconds``:
+        the spawn-pending page shows the button as soon as the reason arrives) waits for the
+        hold to end, then takes the way out as after it."""
+        future = getattr(spawner, "_spawn_future", None)
+        if getattr(spawner, "_held_refusal", None) is None or future is None:
+            return
+        hold = float(getattr(spawner, "refusal_hold_seconds", 0) or 0)
+        await asyncio.wait([asyncio.ensure_future(asyncio.shield(future))], timeout=hold + 5)
+        await asyncio.sleep(0)  # JupyterHub's callbacks on the finished spawn run first
 
     def _failed(
         self, status: int, outcome: str, *, counted: bool = False, **words: Any

@@ -22,8 +22,10 @@ turns the deployment over without a fork of its config files
   says where each term was: the spawner emits its own, only when a volume needs it;
 - a hard-coded ``storage_access_modes`` is made to follow ``storage_access_mode`` (a single mode
   written there and no ``custom.storage-access-mode`` becomes the mode);
-- with jhub-apps, the templates this package ships for jhub-apps' pages go first in
-  ``template_paths`` (the reason of a refused spawn on the pages jhub-apps replaces);
+- the templates this package ships for JupyterHub's spawn, spawn-pending and "Spawn failed"
+  pages (the way out's button) go into ``template_paths`` after the operator's own; with
+  jhub-apps, those for jhub-apps' pages go first (the reason of a refused spawn on the pages
+  jhub-apps replaces);
 - the way out's handler (``POST {hub}/colocate/way-out/<user>/<server>``,
   :mod:`nebari_colocate.handlers`) is added to ``c.JupyterHub.extra_handlers``;
 - the settings are validated: a bad value stops the hub at start with a message naming it.
@@ -45,6 +47,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import os
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -66,6 +69,9 @@ from .objects import JsonDict, Obj
 
 #: templates for jhub-apps' pages (not_running.html, home.html), ahead of jhub-apps' own
 JHUB_APPS_TEMPLATES = Path(__file__).resolve().parent / "templates" / "jhub_apps"
+#: templates for JupyterHub's own pages (spawn.html, spawn_pending.html, not_running.html) and
+#: the way out's button (colocate_way_out.html), extending JupyterHub's ("templates/<name>")
+HUB_TEMPLATES = Path(__file__).resolve().parent / "templates" / "hub"
 
 #: helm key under ``custom`` -> ColocatingKubeSpawner trait
 KEYS = {
@@ -478,15 +484,39 @@ def _profile_name(profile: Any, index: int) -> str:
 
 
 def install_templates(c: Config) -> bool:
-    """With jhub-apps' templates in ``c.JupyterHub.template_paths``, put this package's
-    templates for jhub-apps' pages first; returns whether they are installed."""
-    paths = list(c.JupyterHub.template_paths) if "template_paths" in c.JupyterHub else []
-    ours = str(JHUB_APPS_TEMPLATES)
-    if not any(_is_jhub_apps_templates(p) for p in paths):
-        return False
-    paths = [ours] + [str(p) for p in paths if str(p) != ours]
+    """This package's templates in ``c.JupyterHub.template_paths``, keeping every path the
+    operator (or jhub-apps) put there: the templates for JupyterHub's own pages
+    (:data:`HUB_TEMPLATES`: spawn, spawn-pending, "Spawn failed", the way out's button) after
+    them, so that an operator's own version of a page still wins, and before JupyterHub's
+    default templates when those are listed (JupyterHub appends them otherwise); with
+    jhub-apps' templates there, the templates for jhub-apps' pages first.  Idempotent.
+    Returns whether the templates for jhub-apps' pages are installed."""
+    paths = (
+        [str(p) for p in c.JupyterHub.template_paths] if "template_paths" in c.JupyterHub else []
+    )
+    ours = (str(JHUB_APPS_TEMPLATES), str(HUB_TEMPLATES))
+    paths = [p for p in paths if p not in ours]
+    default = _jupyterhub_default_templates()
+    at = next((i for i, p in enumerate(paths) if _same_dir(p, default)), len(paths))
+    paths.insert(at, str(HUB_TEMPLATES))
+    with_jhub_apps = any(_is_jhub_apps_templates(p) for p in paths)
+    if with_jhub_apps:
+        paths.insert(0, str(JHUB_APPS_TEMPLATES))
     c.JupyterHub.template_paths = paths
-    return True
+    return with_jhub_apps
+
+
+def _jupyterhub_default_templates() -> str | None:
+    """JupyterHub's own templates (``JupyterHub.template_paths``' default), or None."""
+    try:
+        from jupyterhub._data import DATA_FILES_PATH
+    except ImportError:  # pragma: no cover - a hub always has it
+        return None
+    return str(Path(DATA_FILES_PATH) / "templates")
+
+
+def _same_dir(path: str, other: str | None) -> bool:
+    return other is not None and os.path.realpath(path) == os.path.realpath(other)
 
 
 def _is_jhub_apps_templates(path: object) -> bool:

@@ -52,7 +52,8 @@ class ColocationRefused(_RefusalBase):  # type: ignore[misc]  # JupyterHub ships
     ``jupyterhub_message``, so the HTTPError's own message is the user text (it never names
     another user's pods).  The operator line is kept in ``operator_line``.  ``decision`` is set
     for pre-spawn refusals, ``event_verdict`` for spawns ended by pod events; ``way_out`` is the
-    decision's way out as JSON (``docs/decisions.md``, "The way out"), or None.
+    decision's (or the event verdict's) way out as JSON (``docs/decisions.md``, "The way
+    out"), or None.
     """
 
     def __init__(
@@ -77,11 +78,10 @@ class ColocationRefused(_RefusalBase):  # type: ignore[misc]  # JupyterHub ships
         self.event_verdict = event_verdict
         #: the way out (``WayOut.as_json()``: the user's own servers to stop, then the server to
         #: start), or None; the progress stream's refusal event carries it for other front ends
-        self.way_out = (
-            decision.way_out.as_json()
-            if decision is not None and decision.way_out is not None
-            else None
-        )
+        found = decision.way_out if decision is not None else None
+        if found is None and event_verdict is not None:
+            found = event_verdict.way_out
+        self.way_out = found.as_json() if found is not None else None
         self.jupyterhub_message = message
         self.jupyterhub_html_message = html
 

@@ -1744,3 +1744,70 @@ def move_failed_html(outcome: str, **kwargs: Any) -> str:
     """:func:`move_failed` as HTML, escaped."""
     text = html.escape(move_failed(outcome, **kwargs))
     return f'<div class="colocate-message colocate-move" style="text-align: left">{text}</div>'
+
+
+# the way out, offered (the button on every page; nebari_colocate/templates)
+
+#: the class of the way out's form; the pages nebari-colocate installs show it and add the
+#: ``_xsrf`` token (templates/hub/colocate_way_out.html), any other page leaves it hidden
+WAY_OUT_FORM_CLASS = "colocate-way-out-form"
+
+
+def way_out_button_label(way_out: WayOut, display_names: Mapping[str, str] | None = None) -> str:
+    """ "Stop 'Pandas App' and start 'JupyterLab'": the words of the way out's button."""
+    return way_out_sentence(way_out, display_names).removesuffix(".")
+
+
+def way_out_busy_label(way_out: WayOut, display_names: Mapping[str, str] | None = None) -> str:
+    """What the button says once clicked, while the hub stops, waits and starts."""
+    stops = _join([server_label(n, display_names) for n in way_out.stop])
+    started = server_label(way_out.start, display_names)
+    return f"Stopping {stops}, then starting {started}\N{HORIZONTAL ELLIPSIS}"
+
+
+def way_out_form_html(
+    way_out: WayOut, *, action: str, display_names: Mapping[str, str] | None = None
+) -> str:
+    """The way out as a form: the list of what it stops and the button that POSTs it to the
+    hub's handler at ``action`` (``stop`` fields; the page adds ``_xsrf``).  Hidden until a page
+    of nebari-colocate's shows it; every name is escaped."""
+    esc = html.escape
+    stops = "".join(f"<li>{esc(server_label(n, display_names))}</li>" for n in way_out.stop)
+    fields = "".join(
+        f'<input type="hidden" name="stop" value="{esc(n, quote=True)}">' for n in way_out.stop
+    )
+    label = esc(way_out_button_label(way_out, display_names))
+    busy = esc(way_out_busy_label(way_out, display_names), quote=True)
+    return (
+        f'<form class="{WAY_OUT_FORM_CLASS}" method="post" action="{esc(action, quote=True)}" '
+        f'data-busy="{busy}" hidden style="text-align: left; margin: 0.5rem 0">'
+        "<div>One click stops:</div>"
+        f'<ul class="colocate-way-out-stops">{stops}</ul>'
+        f"{fields}"
+        # styled inline: jhub-apps' pages reset buttons to plain text (its CSS has no .btn)
+        '<button type="submit" class="btn btn-primary colocate-way-out-button" style="'
+        "display: inline-block; padding: 0.5rem 1rem; border: 0; border-radius: 0.375rem; "
+        f'background: #1d4ed8; color: #fff; font: inherit; cursor: pointer">{label}</button>'
+        "</form>"
+    )
+
+
+def event_refusal(
+    verdict: events.EventVerdict,
+    server_name: str,
+    display_names: Mapping[str, str] | None = None,
+    *,
+    action: str = "",
+) -> tuple[str, str]:
+    """(text, html) for a spawn ended by a hopeless pod event, with its way out when the
+    verdict has one (:func:`event_failure`, then "The way out: …" and, given the handler's URL
+    ``action``, its form)."""
+    message, message_html = event_failure(verdict, server_name, display_names)
+    if verdict.way_out is None:
+        return message, message_html
+    sentence = f"The way out: {way_out_sentence(verdict.way_out, display_names)}"
+    body = f'<div class="colocate-way-out">{html.escape(sentence)}</div>'
+    if action:
+        body += way_out_form_html(verdict.way_out, action=action, display_names=display_names)
+    shown = message_html.removesuffix("</div>") + body + "</div>"
+    return f"{message} {sentence}", shown

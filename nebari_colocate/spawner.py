@@ -28,7 +28,7 @@ from datetime import datetime, timezone
 from types import SimpleNamespace
 from typing import Any, ClassVar, NoReturn
 
-from jupyterhub.utils import exponential_backoff
+from jupyterhub.utils import exponential_backoff, url_escape_path, url_path_join
 from kubespawner import KubeSpawner
 from kubespawner.slugs import is_valid_label, safe_slug
 from traitlets import (
@@ -646,12 +646,25 @@ class ColocatingKubeSpawner(KubeSpawner):  # type: ignore[misc]  # KubeSpawner s
             "has_profiles": bool(self.profile_list),
             "display_names": self.server_display_names(),
         }
+        shown = messages.user_html(decision, pod, **args)
+        if decision.way_out is not None:
+            form = messages.way_out_form_html(
+                decision.way_out, action=self.way_out_url(), display_names=args["display_names"]
+            )
+            shown = shown.removesuffix("</div>") + form + "</div>"
         return ColocationRefused(
             messages.user_message(decision, pod, **args),
-            messages.user_html(decision, pod, **args),
+            shown,
             messages.operator_line(decision, username=self.user.name, server_name=self.name),
             decision=decision,
         )
+
+    def way_out_url(self) -> str:
+        """The way out's handler for this server (``nebari_colocate.handlers``), under the
+        hub's base URL: where the button of a refusal with a way out posts."""
+        base = getattr(getattr(self, "hub", None), "base_url", None) or "/hub/"
+        path = url_path_join(base, "colocate/way-out", url_escape_path(self.user.name))
+        return f"{path}/{url_escape_path(self.name or '')}"
 
     def _remember(self, refusal: ColocationRefused) -> None:
         self.colocation_failure = {
@@ -667,6 +680,24 @@ class ColocatingKubeSpawner(KubeSpawner):  # type: ignore[misc]  # KubeSpawner s
                 "claims": sorted(decision.claims),
                 "node": decision.node,
                 "servers": sorted(pod_server(p) for p in decision.holder_pods),
+            }
+        verdict = getattr(refusal, "event_verdict", None)
+        placed = self._colocation_decision if verdict is not None else None
+        if way_out is not None and placed is not None:
+            # A spawn ended by its pod's events: the holders are those servers, wherever the
+            # volume is attached now (the node of their pods).
+            claims = sorted(placed.claims)
+            nodes = {
+                ((p.get("spec") or {}).get("nodeName") or "")
+                for p in self.home_pods(claims)
+                if pod_server(p) in set(way_out["stop"])
+            }
+            nodes.discard("")
+            self.colocation_failure["way_out"] = way_out
+            self.colocation_failure["way_out_blockers"] = {
+                "claims": claims,
+                "node": nodes.pop() if len(nodes) == 1 else placed.node,
+                "servers": list(way_out["stop"]),
             }
 
     # ------------------------------------------------------------------------------------------
@@ -856,7 +887,22 @@ class ColocatingKubeSpawner(KubeSpawner):  # type: ignore[misc]  # KubeSpawner s
             own_servers=self._own_servers(),
             wants_gpu=self._requests_premium,
             servers=self._server_pod_names(),
+            server_name=self.name or "",
+            own_server_names=self._own_server_names(),
+            pinned_holders=(
+                decision.holders if decision is not None and decision.pinned_by == "holders" else ()
+            ),
         )
+
+    def _own_server_names(self) -> dict[str, str]:
+        """Pod name -> server name ("" the default server) of each of this user's server pods
+        (what the way out of a spawn ended by pod events stops)."""
+        own = {}
+        for pod in self._reflector_pods() or []:
+            annotations = (pod.get("metadata") or {}).get("annotations") or {}
+            if annotations.get(USERNAME_ANNOTATION) == self.user.name:
+                own[pod["metadata"]["name"]] = annotations.get(SERVERNAME_ANNOTATION, "")
+        return own
 
     def _server_pod_names(self) -> set[str] | None:
         """The names of the namespace's JupyterHub server pods (the pod reflector's), or None
@@ -994,8 +1040,8 @@ class ColocatingKubeSpawner(KubeSpawner):  # type: ignore[misc]  # KubeSpawner s
             await self.stop(now=True)
         except Exception:
             self.log.exception("colocate: could not delete pod %s", self.pod_name)
-        message, message_html = messages.event_failure(
-            verdict, self.name, self.server_display_names()
+        message, message_html = messages.event_refusal(
+            verdict, self.name, self.server_display_names(), action=self.way_out_url()
         )
         refusal = ColocationRefused(message, message_html, log_message, event_verdict=verdict)
         self._remember(refusal)

@@ -252,3 +252,28 @@ def premium_rides(
         hostname = (meta(node).get("labels") or {}).get(HOSTNAME)
         rides.append(PremiumRide(node_name, hostname, tuple(sorted(set(servers)))))
     return tuple(rides)
+
+
+def stop_every_holder(
+    holder_pods: Sequence[str],
+    own_servers: Mapping[str, str],
+    *,
+    start: str,
+    others: int = 0,
+) -> WayOut | None:
+    """The way out of a spawn ended by its pod's events (the volume attached to another node,
+    the pinned node unable to take the pod): stop every pod that holds the home.
+
+    ``holder_pods`` are the pod names holding it (as an attach/detach controller message lists
+    them, or the placement's holders); ``own_servers`` maps the user's own server pods to their
+    server names (``""`` the default server); ``others`` counts the holders not listed by name
+    (pods in other namespaces).  None when there is no holder, when one is not a server of the
+    user's own or is the server to start, or when ``others`` is not 0."""
+    if not holder_pods or others:
+        return None
+    if any(pod not in own_servers for pod in holder_pods):
+        return None
+    stop = tuple(sorted({own_servers[pod] for pod in holder_pods}))
+    if start in stop:
+        return None
+    return WayOut(stop, start)

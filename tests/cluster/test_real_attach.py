@@ -17,6 +17,7 @@ import pytest
 from kubespawner import KubeSpawner
 
 from nebari_colocate.spawner import ColocationRefused
+from nebari_colocate.wayout import WayOut
 from tests.support import helpers
 from tests.support.waiting import wait_until
 
@@ -170,9 +171,20 @@ async def test_fail_fast_ends_the_spawn_on_the_real_event_naming_the_users_serve
     text = refused.value.jupyterhub_message
     assert "'pandas-app'" in text and "Stop 'pandas-app'" in text
     assert refused.value.status_code < 500
+    # Every pod holding the home is alice's own server: the way out stops it (words, JSON, the
+    # button's form, and what the handler re-checks).
+    assert verdict.way_out == WayOut(("pandas-app",), "")
+    assert refused.value.way_out == {"stop": ["pandas-app"], "start": ""}
+    assert text.endswith("The way out: Stop 'pandas-app' and start your default server.")
+    shown = refused.value.jupyterhub_html_message
+    assert 'class="colocate-way-out-form"' in shown and 'name="stop" value="pandas-app"' in shown
+    assert 'colocate/way-out/alice/"' in shown  # the hub's base URL, then the handler
+    blockers = lab.colocation_failure["way_out_blockers"]
+    assert blockers["servers"] == ["pandas-app"] and "claim-alice" in blockers["claims"]
+    assert blockers["node"] == "node-b", blockers  # where the app holds the home
     pods = await kube.core.list_namespaced_pod(kube.namespace)
     assert lab.pod_name not in {p.metadata.name for p in pods.items}
-    print(f"real event, used by: {verdict.raw}")
+    print(f"real event, used by: {verdict.raw}; way out blockers: {blockers}")
 
 
 async def test_fail_fast_ends_the_spawn_when_a_volume_stays_attached_and_the_hub_cannot_see_it(

@@ -125,7 +125,8 @@ class Hub:
     Settings (keyword arguments) end up in the JSON file jupyterhub_config.py reads:
     ``profile_list``, ``spawner`` (extra ColocatingKubeSpawner traits),
     ``consecutive_failure_limit`` (default 0), ``pre_spawn_delay`` (seconds, default 0),
-    ``start_timeout``, ``http_timeout``, ``way_out_handler`` (install the way out's handler).
+    ``start_timeout``, ``http_timeout``, ``way_out_handler`` (install the way out's handler and
+    the templates of JupyterHub's pages, as ``configure(c)`` does).
     """
 
     def __init__(self, workdir: Path, *, kubeconfig: str, namespace: str, **settings):

@@ -73,10 +73,13 @@ if s.get("profile_list"):
 for name, value in (s.get("spawner") or {}).items():
     setattr(c.ColocatingKubeSpawner, name, value)
 if s.get("way_out_handler"):
-    # what nebari_colocate.helm.configure(c) installs: the way out's hub handler
+    # what nebari_colocate.helm.configure(c) installs: the way out's hub handler and the
+    # templates of JupyterHub's pages (its button)
     from nebari_colocate.handlers import install as install_way_out
+    from nebari_colocate.helm import install_templates
 
     install_way_out(c)
+    install_templates(c)
 
 # A deployment's pre_spawn_hook (Nebari's and data-science-pack's look things up in other
 # services) can take longer than the one second JupyterHub's spawn form waits for a spawn to fail

@@ -25,7 +25,7 @@ from traitlets import TraitError
 from traitlets.config import Config
 
 from nebari_colocate import ColocatingKubeSpawner
-from nebari_colocate.helm import JHUB_APPS_TEMPLATES, HelmValuesError
+from nebari_colocate.helm import HUB_TEMPLATES, JHUB_APPS_TEMPLATES, HelmValuesError
 
 from .conftest import JUPYTERHUB_MAJOR
 from .japps import app_options
@@ -90,7 +90,8 @@ def test_the_snippet_switches_the_replica(snippets, tmp_path, monkeypatch):
 
     paths = [str(p) for p in c.JupyterHub.template_paths]
     assert paths[0] == str(JHUB_APPS_TEMPLATES)
-    assert paths[1].endswith("jhub_apps/templates") and len(paths) == 2
+    assert paths[1].endswith("jhub_apps/templates")
+    assert paths[2:] == [str(HUB_TEMPLATES)]
 
 
 def test_a_helm_mode_wins_over_the_hard_coded_access_modes(tmp_path, monkeypatch):
