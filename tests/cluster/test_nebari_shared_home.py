@@ -19,8 +19,9 @@ from nebari_colocate.affinity import apply_decision
 from nebari_colocate.spawner import ColocatingKubeSpawner
 from nebari_colocate.view import ClusterView, DirectReader
 from tests.support import builders
+from tests.support.waiting import wait_until
 
-from .test_view import manifest_of, wait_until
+from .test_view import manifest_of
 
 #: Nebari's node groups: labelled by the provider (AWS here), every group but general tainted
 GENERAL = {"dedicated": "general"}
@@ -95,7 +96,12 @@ async def test_the_safe_side_never_pins_a_gpu_lab_on_nebaris_shared_home(kube, s
     await spawners.start(judy)
     assert judy._colocation_decision.verdict == "skip"
     reflector = judy.pod_reflector
-    await wait_until(lambda: len(reflector.pods) >= len(others) + 1, what="the pod reflector")
+    await wait_until(
+        lambda: len(reflector.pods) >= len(others) + 1,
+        timeout=20,
+        what="the pod reflector",
+        interval=0.05,
+    )
 
     lab = spawners.make(
         "alice", config=nebari_config(kube), colocation_check_timeout=0.5, **GPU_PROFILE
@@ -167,9 +173,12 @@ async def test_holders_of_a_shared_claim_are_not_gathered_only_those_of_exclusiv
     # The live view: the shared claim's holders are not gathered at all.
     view = ClusterView.shared(kube.api_client, kube.namespace)
     view.start()
-    await wait_until(lambda: view.live, what="the live view")
+    await wait_until(lambda: view.live, timeout=20, what="the live view", interval=0.05)
     await wait_until(
-        lambda: all(view.has_pod(kube.namespace, name) for name in others), what="the pods"
+        lambda: all(view.has_pod(kube.namespace, name) for name in others),
+        timeout=20,
+        what="the pods",
+        interval=0.05,
     )
     live = await view.state_for(only_shared)
     assert live.pods_mounting(kube.namespace, share) == ()

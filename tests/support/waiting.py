@@ -28,8 +28,12 @@ T = TypeVar("T")
 _NOTHING = object()
 
 
-class WaitTimeout(TimeoutError):
-    """A ``wait_until`` that gave up: ``what`` it waited for and the ``last`` thing it saw."""
+class WaitTimeout(AssertionError, TimeoutError):
+    """A ``wait_until`` that gave up: ``what`` it waited for and the ``last`` thing it saw.
+
+    Both an ``AssertionError`` (a test's expectation not met; what the hand-written loops it
+    replaced raised in the tests) and a ``TimeoutError`` (what they raised in the harness), so
+    every caller that caught either still does."""
 
     def __init__(self, what: str, timeout: float, last: object, reads: int) -> None:
         self.what = what

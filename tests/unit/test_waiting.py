@@ -41,6 +41,7 @@ async def test_giving_up_names_what_it_waited_for_and_what_it_saw_last():
     assert "waiting for pod lab Running" in message
     assert "last saw 'Pending'" in message
     assert isinstance(info.value, TimeoutError)
+    assert isinstance(info.value, AssertionError)
 
 
 async def test_exceptions_named_in_retry_on_are_not_yet_and_the_last_one_is_reported():
