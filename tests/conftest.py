@@ -47,10 +47,24 @@ CLUSTER_FIXTURES = frozenset(
 FROZEN_STATE_CONTROLLERS = tuple(c for c in CONTROLLERS if c != "attachdetach")
 
 
+#: under pytest-xdist (``-n N --dist loadgroup``), the tests that share a costly session fixture
+#: of their own run on one worker: Karpenter's control plane, the fault suite's, the frozen one
+XDIST_GROUPS = (
+    ("karpenter", frozenset({"autoscaler", "karpenter_kube"})),
+    ("faults", frozenset({"fault_plane"})),
+    ("frozen", frozenset({"frozen_control_plane"})),
+)
+
+
 def pytest_collection_modifyitems(config, items):
     for item in items:
-        if CLUSTER_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+        fixtures = set(getattr(item, "fixturenames", ()))
+        if CLUSTER_FIXTURES.intersection(fixtures):
             item.add_marker(pytest.mark.cluster)
+        for group, wanted in XDIST_GROUPS:
+            if wanted & fixtures:
+                item.add_marker(pytest.mark.xdist_group(group))
+                break
 
 
 @pytest.hookimpl(wrapper=True)
