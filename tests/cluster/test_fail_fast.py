@@ -1,55 +1,25 @@
 """Event-driven fail fast: start() ends hopeless spawns from real pod events.
 
 The scheduler's FailedScheduling comes from the real kube-scheduler, the attach/detach
-controller's FailedAttachVolume from the real kube-controller-manager (test_real_attach.py). Events
-of a kubelet pulling images (no kubelet runs here) are created through the API in their real
-format. Autoscaler verdicts are tested on the real Karpenter (test_karpenter.py); the
-cluster-autoscaler's texts only in the classifier's unit tables (tests/unit/test_events.py).
+controller's FailedAttachVolume from the real kube-controller-manager (test_real_attach.py). The
+events of a kubelet that cannot parse an image name come from kwok, which plays the kubelets
+(tests/kube/kwok-stages.yaml, stage pod-image-invalid), through its event recorder. Autoscaler
+verdicts are tested on the real Karpenter (test_karpenter.py); the cluster-autoscaler's texts
+only in the classifier's unit tables (tests/unit/test_events.py).
 """
 
 from __future__ import annotations
 
 import asyncio
-import secrets
 import time
-from datetime import datetime, timezone
 
 import pytest
 
 from nebari_colocate.spawner import ColocationRefused
-from tests.support.helpers import HOLD  # kwok leaves a bound pod with it Pending
 from tests.support.waiting import wait_until
 
-
-def _now() -> str:
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-async def emit_event(
-    kube, pod_name: str, reason: str, message: str, *, component: str, type_: str = "Normal"
-) -> None:
-    pod = await kube.core.read_namespaced_pod(pod_name, kube.namespace)
-    now = _now()
-    await kube.core.create_namespaced_event(
-        kube.namespace,
-        {
-            "metadata": {"name": f"{pod_name}.{secrets.token_hex(6)}"},
-            "involvedObject": {
-                "kind": "Pod",
-                "apiVersion": "v1",
-                "name": pod_name,
-                "namespace": kube.namespace,
-                "uid": pod.metadata.uid,
-            },
-            "reason": reason,
-            "message": message,
-            "type": type_,
-            "source": {"component": component},
-            "firstTimestamp": now,
-            "lastTimestamp": now,
-            "count": 1,
-        },
-    )
+#: kwok gives a bound pod with it a kubelet's events for an image name it cannot parse
+IMAGE_INVALID = {"kubelet-stub.nebari.dev/image-invalid": "true"}
 
 
 async def wait_for_pod(kube, name: str, timeout: float = 20) -> None:
@@ -113,34 +83,23 @@ async def test_an_unschedulable_pod_with_no_autoscaler_fails_after_the_grace_per
 
 
 async def test_an_invalid_image_name_ends_the_spawn_at_once(kube, spawners):
+    """kwok plays the kubelet (stage pod-image-invalid): InspectFailed, then Failed."""
     await kube.create_node("node-a")
     await kube.create_bound_claim("claim-alice")
-    lab = spawners.make("alice", extra_annotations=HOLD)
-    start = asyncio.ensure_future(spawners.start(lab))
-    await kube.wait_for_binding(lab.pod_name)
-    await emit_event(
-        kube,
-        lab.pod_name,
-        "InspectFailed",
-        'Failed to apply default image tag "Quay.io/Bad:Name": couldn\'t parse image name '
-        '"Quay.io/Bad:Name": invalid reference format: repository name must be lowercase',
-        component="kubelet",
-        type_="Warning",
-    )
-    await emit_event(
-        kube,
-        lab.pod_name,
-        "Failed",
-        "Error: InvalidImageName",
-        component="kubelet",
-        type_="Warning",
-    )
-    emitted = time.perf_counter()
+    lab = spawners.make("alice", image="Quay.io/Bad:Name", extra_annotations=IMAGE_INVALID)
+    started = time.perf_counter()
     with pytest.raises(ColocationRefused) as refused:
-        await start
-    print(f"invalid image: verdict {time.perf_counter() - emitted:.2f}s after the deciding event")
+        await spawners.start(lab)
+    print(f"invalid image: verdict {time.perf_counter() - started:.2f}s after the spawn request")
     assert refused.value.event_verdict.reason == "image-invalid"
     await assert_pod_gone(kube, lab.pod_name)
+    events = await kube.core.list_namespaced_event(kube.namespace)
+    sent = {
+        (e.reason, e.source.component)
+        for e in events.items
+        if e.involved_object.name == lab.pod_name
+    }
+    assert ("InspectFailed", "kwok_controller") in sent, sent
 
 
 async def test_fail_fast_can_be_turned_off(kube, spawners):
