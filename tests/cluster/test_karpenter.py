@@ -194,10 +194,13 @@ async def test_karpenter_skipping_a_pinned_pod_is_no_verdict_the_scheduler_decid
     lab = spawners.make("alice", start_timeout=START_TIMEOUT)
     node = await start_running(spawners, lab, "cpu")
 
+    made = []
+
     async def cordon_after_the_decision(spawner, pod):
         # After the decision (fits on the lab's node), before the pod exists: an operator
         # cordons the node. The pod is pinned there by matchFields, which Karpenter ignores.
         await kube.cordon_seen_by_scheduler(node["metadata"]["name"])
+        made.append(kube.api_client.sanitize_for_serialization(pod))
         return pod
 
     app = spawners.make(
@@ -208,7 +211,13 @@ async def test_karpenter_skipping_a_pinned_pod_is_no_verdict_the_scheduler_decid
     verdict = refused.value.event_verdict
     assert verdict.reason == "unschedulable-pinned", verdict
     assert "node pool" not in messages.event_text(verdict)
-    skipped = await karpenter_failure(kube, app.pod_name)
+    # What Karpenter says of that pod. The spawner deletes its pod on kube-scheduler's word, which
+    # may come before Karpenter's next batch looks at pending pods (then Karpenter says nothing
+    # of it): the same manifest again, left pending, is the pod Karpenter is asked about.
+    again = made[-1]
+    again["metadata"] = {**again["metadata"], "name": f"{app.pod_name}-again"}
+    await kube.core.create_namespaced_pod(kube.namespace, again)
+    skipped = await karpenter_failure(kube, again["metadata"]["name"], timeout=60)
     print(f"karpenter, pinned pod: {skipped}")
     assert skipped == f"{KARPENTER_FAILED}{KARPENTER_SKIPS_PINNED}"
 
