@@ -55,6 +55,9 @@ DEFAULT_FAIL_FAST_ON_EVENTS = True
 DEFAULT_UNSCHEDULABLE_GRACE_SECONDS = 60.0
 #: seconds image pulls may keep failing before the spawn is ended (``image_pull_grace_seconds``)
 DEFAULT_IMAGE_PULL_GRACE_SECONDS = 120.0
+#: seconds a home still attached to another node that no pod uses (a detach under way) may keep
+#: a spawn waiting before it is ended (``detach_grace_seconds``; 0 or less: wait for start_timeout)
+DEFAULT_DETACH_GRACE_SECONDS = 60.0
 #: seconds a REST-requested refusal stays pending before it fails (``refusal_hold_seconds``)
 DEFAULT_REFUSAL_HOLD_SECONDS = 3.0
 #: what messages call the default server (``default_server_display_name``); None: chosen by
@@ -264,6 +267,10 @@ SETTINGS: Mapping[str, Setting] = {
     "image_pull_grace_seconds": Setting(
         DEFAULT_IMAGE_PULL_GRACE_SECONDS,
         lambda value: check_seconds("image_pull_grace_seconds", value),
+    ),
+    "detach_grace_seconds": Setting(
+        DEFAULT_DETACH_GRACE_SECONDS,
+        lambda value: check_seconds("detach_grace_seconds", value),
     ),
     "refusal_hold_seconds": Setting(
         DEFAULT_REFUSAL_HOLD_SECONDS, lambda value: check_seconds("refusal_hold_seconds", value)

@@ -14,7 +14,8 @@ hides the reason from the person on the spawn page:
   not the taint of a pool that was never meant for this server).
 - ``multi-attach``: the attach/detach controller refused to attach the volume, which another pod
   uses on another node (``Waiting for detach …`` since Kubernetes 1.37, ``Multi-Attach error …``
-  before; both occur in the field).
+  before; both occur in the field); a volume no pod uses but still attached elsewhere (a detach
+  under way) only after ``detach_grace_seconds``.
 - ``image-invalid``: the image name cannot be parsed, or it is absent with pull policy ``Never``.
 - ``unschedulable``: the scheduler cannot place the pod, no autoscaler spoke, and nothing changed
   for ``unschedulable_grace_seconds``.
@@ -35,7 +36,11 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
 
 from . import fit
-from .config import DEFAULT_IMAGE_PULL_GRACE_SECONDS, DEFAULT_UNSCHEDULABLE_GRACE_SECONDS
+from .config import (
+    DEFAULT_DETACH_GRACE_SECONDS,
+    DEFAULT_IMAGE_PULL_GRACE_SECONDS,
+    DEFAULT_UNSCHEDULABLE_GRACE_SECONDS,
+)
 from .objects import GPU_RESOURCES, Obj
 from .wayout import NO_WAY_OUT_REASONS, WayOut, stop_every_holder
 
@@ -93,7 +98,8 @@ class EventVerdict:
     raw: str = ""  # the raw event message that decided it ("" if none)
     node: str | None = None  # UNSCHEDULABLE_PINNED: the node the pod is pinned to
     fragments: tuple[Fragment, ...] = ()  # the scheduler's or cluster-autoscaler's reasons
-    grace: float = 0.0  # UNSCHEDULABLE, IMAGE_PULL: the grace that ran out (seconds)
+    #: UNSCHEDULABLE, IMAGE_PULL, MULTI_ATTACH of a detach under way: the grace that ran out (s)
+    grace: float = 0.0
     causes: tuple[str, ...] = ()  # NO_SCALE_UP: KARPENTER_*; IMAGE_*: IMAGE_CAUSES
     requests: tuple[tuple[str, str], ...] = ()  # NO_SCALE_UP: the requests Karpenter quoted
     holders: tuple[str, ...] = ()  # MULTI_ATTACH: pod names parsed from the message
@@ -590,19 +596,30 @@ def _multi_attach(
     events: list[_Event],
     own_servers: Mapping[str, str] | None,
     servers: Collection[str] | None = None,
+    now: datetime | None = None,
+    detach_grace: float = DEFAULT_DETACH_GRACE_SECONDS,
 ) -> EventVerdict | None:
-    """Fail on a Multi-Attach error unless the same volume attached after it."""
+    """Fail on a Multi-Attach error unless the same volume attached after it.
+
+    A volume that no pod uses any more but that is still attached to another node (the
+    controller's "exclusively attached" wording) is being detached: that usually ends in
+    seconds (the old node's kubelet unmounts, the controller detaches), so the spawn waits,
+    and fails only when it has lasted ``detach_grace`` seconds (an unmount that hangs)."""
     active: dict[str | None, _Event] = {}
+    since: dict[str | None, datetime | None] = {}
     for ev in events:
         m = _VOLUME.search(ev.message)
         volume = m.group(1) if m else None
         if ev.reason == "FailedAttachVolume" and ev.message.startswith(MULTI_ATTACH_PREFIXES):
+            if volume not in active:
+                since[volume] = ev.first or ev.last
             active[volume] = ev
         elif ev.reason == "SuccessfulAttachVolume":
             active.pop(volume, None)
+            since.pop(volume, None)
     if not active:
         return None
-    ev = list(active.values())[-1]
+    volume, ev = list(active.items())[-1]
     names: tuple[str, ...] = ()
     elsewhere = 0
     used_by = _USED_BY.search(ev.message)
@@ -612,6 +629,12 @@ def _multi_attach(
     else:
         found = _USED_ELSEWHERE.search(ev.message)
         elsewhere = int(found.group("others")) if found else 0
+        if not found:
+            # no pod holds it: a detach under way
+            start = since.get(volume)
+            lasted = (now - start).total_seconds() if now is not None and start else 0.0
+            if detach_grace <= 0 or lasted < detach_grace:
+                return EventVerdict(WAIT, PROGRESS, ev.message, event=ev.reason)
     own = own_servers or {}
     # Only the user's own servers are named; any other pod is only counted.
     mine = sorted({own[n] for n in names if n in own}, key=lambda s: (s != "", s))
@@ -627,6 +650,7 @@ def _multi_attach(
         others=elsewhere + len(strangers),
         other_servers=other_servers,
         not_servers=not_servers,
+        grace=0.0 if names or elsewhere else detach_grace,
         elsewhere=elsewhere,
     )
 
@@ -728,6 +752,7 @@ def classify(
     now: datetime,
     unschedulable_grace_seconds: float = DEFAULT_UNSCHEDULABLE_GRACE_SECONDS,
     image_pull_grace_seconds: float = DEFAULT_IMAGE_PULL_GRACE_SECONDS,
+    detach_grace_seconds: float = DEFAULT_DETACH_GRACE_SECONDS,
     own_servers: Mapping[str, str] | None = None,
     wants_gpu: bool = False,
     servers: Collection[str] | None = None,
@@ -758,7 +783,7 @@ def classify(
     ordered = _normalise(events)
 
     scheduling = _schedule(ordered, pinned_node, now, unschedulable_grace_seconds, wants_gpu)
-    attach = _multi_attach(ordered, own_servers, servers)
+    attach = _multi_attach(ordered, own_servers, servers, now, detach_grace_seconds)
     images = _images(ordered, now, image_pull_grace_seconds)
 
     failures = [v for v in (scheduling, attach, images) if v and v.action == FAIL]
@@ -770,7 +795,7 @@ def classify(
             verdict, start=server_name, own=own_server_names or {}, pinned_holders=pinned_holders
         )
         return replace(verdict, way_out=found) if found is not None else verdict
-    return scheduling or images or _progress(ordered)
+    return scheduling or images or attach or _progress(ordered)
 
 
 def event_way_out(

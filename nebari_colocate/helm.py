@@ -91,6 +91,7 @@ NOT_EXPOSED = (
     "fail_fast_on_events",
     "unschedulable_grace_seconds",
     "image_pull_grace_seconds",
+    "detach_grace_seconds",
     "refusal_hold_seconds",
     "default_server_display_name",
     "way_out_release_timeout",

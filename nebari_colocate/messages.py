@@ -734,6 +734,7 @@ _PROGRESS_WORDS = {
     "Scheduled": "Assigned to a node",
     "SuccessfulAttachVolume": "Storage volume attached",
     "FailedMount": "Waiting for the storage volume to be mounted",
+    "FailedAttachVolume": "Waiting for the storage volume to be detached from another node",
     "Pulling": "Downloading the server image",
     "Pulled": "Server image ready",
     "Created": "Server container created",

@@ -48,6 +48,7 @@ from .config import (
     API_FAULT_SWEEP_SECONDS,
     DEFAULT_ACCESS_MODE,
     DEFAULT_CHECK_TIMEOUT,
+    DEFAULT_DETACH_GRACE_SECONDS,
     DEFAULT_FAIL_FAST_ON_EVENTS,
     DEFAULT_IMAGE_PULL_GRACE_SECONDS,
     DEFAULT_LABEL_KEY,
@@ -245,6 +246,19 @@ class ColocatingKubeSpawner(KubeSpawner):  # type: ignore[misc]  # KubeSpawner s
         Seconds image pulls may keep failing (``ErrImagePull`` / ``ImagePullBackOff``, which can
         heal: a registry hiccup) before the spawn is ended.  0 disables this rule.  Invalid
         image names end the spawn at once regardless.  Default: 120.
+        """,
+    )
+
+    detach_grace_seconds = Float(
+        DEFAULT_DETACH_GRACE_SECONDS,
+        config=True,
+        help="""
+        Seconds the pod's volume may stay attached to another node where no pod uses it any
+        more (a detach under way: the old node's kubelet unmounts, then the attach/detach
+        controller detaches, usually within seconds) before the spawn is ended
+        (``multi-attach``: an unmount that hangs).  A volume another pod still uses ends the
+        spawn at once.  0 disables this rule: such a pod waits for ``start_timeout``.
+        Default: 60.
         """,
     )
 
@@ -884,6 +898,7 @@ class ColocatingKubeSpawner(KubeSpawner):  # type: ignore[misc]  # KubeSpawner s
             now=datetime.now(timezone.utc),
             unschedulable_grace_seconds=self.unschedulable_grace_seconds,
             image_pull_grace_seconds=self.image_pull_grace_seconds,
+            detach_grace_seconds=self.detach_grace_seconds,
             own_servers=self._own_servers(),
             wants_gpu=self._requests_premium,
             servers=self._server_pod_names(),

@@ -11,11 +11,11 @@ a second pod on the emptier node, as it does in a cluster.
 from __future__ import annotations
 
 import asyncio
-import time
 
 import pytest
 from kubespawner import KubeSpawner
 
+from nebari_colocate.config import EVENT_POLL_INTERVAL
 from nebari_colocate.spawner import ColocationRefused
 from nebari_colocate.wayout import WayOut
 from tests.support import helpers
@@ -187,13 +187,10 @@ async def test_fail_fast_ends_the_spawn_on_the_real_event_naming_the_users_serve
     print(f"real event, used by: {verdict.raw}; way out blockers: {blockers}")
 
 
-async def test_fail_fast_ends_the_spawn_when_a_volume_stays_attached_and_the_hub_cannot_see_it(
-    kube, spawners
-):
-    """alice's server on node-b stopped, but node-b's kubelet still reports her volume in use
-    (an unmount that hangs), so the controller does not detach it. A hub with only
-    zero-to-jupyterhub's Role cannot read VolumeAttachments, so nothing pins the next server to
-    node-b: the controller's other wording ("exclusively attached") ends the spawn at once."""
+async def home_left_attached_to_node_b(kube) -> None:
+    """alice's home attached to node-b, where no pod uses it any more but node-b's kubelet still
+    reports it in use (volumesInUse), so the controller does not detach it; node-a is the node
+    the scheduler prefers."""
     await kube.create_node("node-a", cpu="16")
     await kube.create_node("node-b", cpu="1")  # the scheduler alone prefers node-a
     await kube.create_bound_claim("claim-alice")
@@ -209,14 +206,28 @@ async def test_fail_fast_ends_the_spawn_when_a_volume_stays_attached_and_the_hub
     in_use = [v.name for v in node.status.volumes_attached]
     await kube.core.patch_node_status("node-b", {"status": {"volumesInUse": in_use}})
     await kube.core.delete_namespaced_pod("jupyter-alice--old", kube.namespace)
-    deadline = time.monotonic() + 10
-    while (await kube.core.list_namespaced_pod(kube.namespace)).items:
-        assert time.monotonic() < deadline, "the old pod is still there"
-        await asyncio.sleep(0.1)
+    await wait_until(
+        lambda: kube.core.list_namespaced_pod(kube.namespace),
+        until=lambda pods: not pods.items,
+        timeout=10,
+        what="the old pod gone",
+        seen=lambda pods: [p.metadata.name for p in pods.items],
+    )
+
+
+async def test_fail_fast_ends_the_spawn_when_a_volume_stays_attached_and_the_hub_cannot_see_it(
+    kube, spawners
+):
+    """alice's server on node-b stopped, but node-b's kubelet still reports her volume in use
+    (an unmount that hangs), so the controller does not detach it. A hub with only
+    zero-to-jupyterhub's Role cannot read VolumeAttachments, so nothing pins the next server to
+    node-b: the controller's other wording ("exclusively attached": no pod holds it, a detach
+    under way) ends the spawn once that has lasted detach_grace_seconds (here 3)."""
+    await home_left_attached_to_node_b(kube)
 
     await grant_z2jh_hub_role(kube, "hub")
     await spawners.use_credentials(kube.user_kubeconfig("hub"))
-    lab = spawners.make("alice")
+    lab = spawners.make("alice", detach_grace_seconds=3)
     with pytest.raises(ColocationRefused) as refused:
         await spawners.start(lab)
     verdict = refused.value.event_verdict
@@ -229,3 +240,23 @@ async def test_fail_fast_ends_the_spawn_when_a_volume_stays_attached_and_the_hub
     [va] = await kube.volume_attachments(home_pv(kube))
     assert (va["spec"]["nodeName"], va["status"]["attached"]) == ("node-b", True)
     print(f"real event, exclusively attached: {verdict.raw}")
+
+
+async def test_a_detach_that_ends_within_the_grace_lets_the_spawn_run(kube, spawners):
+    """The same home left attached to node-b, but node-b's kubelet finishes its unmount a few
+    seconds into the spawn (volumesInUse cleared): the controller detaches it and attaches it
+    to node-a, and the spawn, which waited on "exclusively attached", runs there."""
+    await home_left_attached_to_node_b(kube)
+    await grant_z2jh_hub_role(kube, "hub")
+    await spawners.use_credentials(kube.user_kubeconfig("hub"))
+    lab = spawners.make("alice", detach_grace_seconds=60, start_timeout=60)
+    start = asyncio.ensure_future(spawners.start(lab))
+    texts = await attach_events(kube, lab.pod_name)
+    assert any("exclusively attached" in t for t in texts), texts
+    await asyncio.sleep(2 * EVENT_POLL_INTERVAL)  # the spawn has read the event
+    assert not start.done(), "the spawn ended on a detach under way"
+    await kube.core.patch_node_status("node-b", {"status": {"volumesInUse": []}})
+    await start
+    pod = await kube.core.read_namespaced_pod(lab.pod_name, kube.namespace)
+    assert pod.spec.node_name == "node-a"
+    assert pod.status.phase == "Running"

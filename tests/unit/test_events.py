@@ -598,15 +598,33 @@ ATTACHED_ELSEWHERE = [
         now=2,
     ),
     Case(
-        "exclusive_attachment_without_pods_fails_at_once",
+        "exclusive_attachment_without_pods_waits_for_the_detach_within_the_grace",
         [
             core("Scheduled", SCHEDULED, 0),
             attach("FailedAttachVolume", MULTI_ATTACH_EXCLUSIVE, 1),
         ],
+        PROGRESS,
+        want_words=("Waiting for the storage volume to be detached from another node",),
+        now=2,
+    ),
+    Case(
+        "exclusive_attachment_without_pods_fails_once_the_detach_grace_has_passed",
+        [
+            core("Scheduled", SCHEDULED, 0),
+            attach("FailedAttachVolume", MULTI_ATTACH_EXCLUSIVE, 1),
+            attach("FailedAttachVolume", MULTI_ATTACH_EXCLUSIVE, 50),
+        ],
         MULTI_ATTACH,
         want_words=("still attached to another node", "Try again in a minute"),
-        want_facts={"holders": (), "others": 0},
-        now=2,
+        want_facts={"holders": (), "others": 0, "grace": 60},
+        now=61,
+    ),
+    Case(
+        "exclusive_attachment_with_the_detach_grace_off_waits_for_start_timeout",
+        [attach("FailedAttachVolume", MULTI_ATTACH_EXCLUSIVE, 1)],
+        PROGRESS,
+        options={"detach_grace_seconds": 0},
+        now=3600,
     ),
     Case(
         "waiting_for_detach_fails_at_once",
@@ -620,15 +638,38 @@ ATTACHED_ELSEWHERE = [
         now=2,
     ),
     Case(
-        "waiting_for_detach_of_an_exclusive_attachment_fails_at_once",
+        "waiting_for_detach_of_an_exclusive_attachment_waits_within_the_grace",
+        [
+            core("Scheduled", SCHEDULED, 0),
+            attach("FailedAttachVolume", WAITING_FOR_DETACH_EXCLUSIVE, 1),
+        ],
+        PROGRESS,
+        want_words=("Waiting for the storage volume to be detached from another node",),
+        now=59,
+    ),
+    Case(
+        "waiting_for_detach_of_an_exclusive_attachment_fails_once_the_grace_has_passed",
         [
             core("Scheduled", SCHEDULED, 0),
             attach("FailedAttachVolume", WAITING_FOR_DETACH_EXCLUSIVE, 1),
         ],
         MULTI_ATTACH,
         want_words=("still attached to another node", "Try again in a minute"),
-        want_facts={"holders": (), "others": 0},
-        now=2,
+        want_facts={"holders": (), "others": 0, "grace": 60},
+        now=61,
+    ),
+    Case(
+        "a_detach_that_completes_within_the_grace_lets_the_spawn_go_on",
+        [
+            attach("FailedAttachVolume", WAITING_FOR_DETACH_EXCLUSIVE, 1),
+            attach(
+                "SuccessfulAttachVolume",
+                'AttachVolume.Attach succeeded for volume "pv-t-a6193039-claim-alice"',
+                9,
+            ),
+        ],
+        PROGRESS,
+        now=70,
     ),
     Case(
         "waiting_for_detach_resolved_by_a_later_attach_of_the_same_volume_waits",
@@ -1025,7 +1066,8 @@ def test_multi_attach_words_name_only_the_users_own_servers(case: Holders) -> No
     verdict = classify(
         [attach("FailedAttachVolume", case.message, 0)],
         pinned_node="cpu-1",
-        now=T0,
+        # past the detach grace (a volume no pod holds fails only then)
+        now=T0 + timedelta(seconds=61),
         own_servers=case.own_servers,
         servers=case.servers,
     )

@@ -71,6 +71,7 @@ BAD_VALUES = {
     "fail_fast_on_events": "yes",
     "unschedulable_grace_seconds": math.nan,
     "image_pull_grace_seconds": math.inf,
+    "detach_grace_seconds": -math.inf,
     "refusal_hold_seconds": "3",
     "default_server_display_name": 7,
     "way_out_release_timeout": 0,
@@ -95,7 +96,7 @@ def test_the_defaults_pass_their_own_validators():
 
 def test_the_event_graces_of_classify_are_the_settings_defaults():
     params = inspect.signature(classify).parameters
-    for name in ("unschedulable_grace_seconds", "image_pull_grace_seconds"):
+    for name in ("unschedulable_grace_seconds", "image_pull_grace_seconds", "detach_grace_seconds"):
         assert params[name].default == SETTINGS[name].default
 
 

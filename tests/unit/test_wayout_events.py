@@ -6,6 +6,7 @@ and the button (``messages.event_refusal``), every name escaped."""
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any, NamedTuple
 
 import pytest
@@ -142,7 +143,8 @@ def test_an_event_verdict_carries_the_way_out_when_only_her_servers_hold_the_hom
     verdict = classify(
         row.events,
         pinned_node="cpu-1",
-        now=T0,
+        # past the detach grace: a volume no pod holds fails only then
+        now=T0 + timedelta(seconds=61),
         own_servers=dict(row.own),
         server_name=row.start,
         own_server_names=row.own,
