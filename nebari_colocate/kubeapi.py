@@ -8,7 +8,7 @@ Every caller goes through it: the readers (:mod:`nebari_colocate.view`), the wat
   service account; :class:`Apis` names the API groups called on one client.
 - **Requests** (:func:`read_json`, :func:`list_all`, :func:`watch`): a kubernetes_asyncio method
   called for the raw camelCase JSON (no model objects), page by page for a collection, event by
-  event for a WATCH.
+  event for a WATCH; :class:`SharedRequest`: one request for the callers that ask at once.
 - **Errors**: a non-2xx answer is :class:`ApiError` (``status``, ``reason``); :func:`status_of`,
   :func:`forbidden`, and :func:`read_json_or_none` for a 404 (or another status the caller names)
   that means "not there".
@@ -263,6 +263,38 @@ async def _events(content: Any) -> AsyncIterator[JsonDict]:
             if line.strip():
                 event: JsonDict = json.loads(line)
                 yield event
+
+
+class SharedRequest:
+    """One request for every caller that asks before it is sent.
+
+    In a burst of spawns many checks ask the API the same question at once (the namespace's
+    pods, the VolumeAttachments) and would each queue their own request behind the spawns' own.
+    :meth:`get` joins the request not sent yet, or makes a new one: it is sent at the event
+    loop's next turn, so every caller that joined asked before it was sent, and its answer is
+    as fresh for each of them as a request of their own.  Every caller gets the same answer
+    (read it, never change it) or the same error; a caller that gives up (a timeout) leaves the
+    request to the others.
+    """
+
+    def __init__(self, request: Callable[[], Awaitable[Any]]) -> None:
+        self._request = request
+        self._next: asyncio.Future[Any] | None = None  # joined, not sent yet
+        #: requests sent (tests and benchmarks count them)
+        self.sent = 0
+
+    async def get(self) -> Any:
+        """The answer of the next request, shared with every caller that joins it."""
+        if self._next is None:
+            self._next = asyncio.ensure_future(self._send())
+            # the error reaches the callers; with all of them gone, nobody is left to tell
+            self._next.add_done_callback(lambda done: done.cancelled() or done.exception())
+        return await asyncio.shield(self._next)
+
+    async def _send(self) -> Any:
+        self._next = None  # callers from now on asked after this request: the next one
+        self.sent += 1
+        return await self._request()
 
 
 # --------------------------------------------------------------------------------------------------

@@ -28,9 +28,10 @@ class UserLocks:
         entry = self._entries.setdefault(user, _Entry())
         entry.users += 1
         if entry.users == 1:
-            # No other spawn holds or awaits it: take it without yielding.  ``wait_for`` runs the wait as a task of its own
-            # before Python 3.12, a full trip through the event loop's queue: in a burst of
-            # spawns that trip, not the lock, was what the check waited for (benchmarks/burst.py).
+            # No other spawn holds or awaits it: take it without yielding.  ``wait_for`` runs
+            # the wait as a task of its own before Python 3.12, a full trip through the event
+            # loop's queue: in a burst of spawns that trip, not the lock, was what the check
+            # waited for (benchmarks/burst.py).
             await entry.lock.acquire()  # a free lock with no waiters is taken at once
             return True
         try:

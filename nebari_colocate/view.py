@@ -26,11 +26,20 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import weakref
 from collections.abc import Iterable
 from typing import Any, ClassVar
 
 from .informer import Collection, HubWatches, cache_key, disk_key
-from .kubeapi import ApiCall, Apis, forbidden, list_all, read_json, read_json_or_none
+from .kubeapi import (
+    ApiCall,
+    Apis,
+    SharedRequest,
+    forbidden,
+    list_all,
+    read_json,
+    read_json_or_none,
+)
 from .objects import (
     JsonDict,
     Obj,
@@ -304,6 +313,12 @@ class _Gathered:
         )
 
 
+#: the confirming LISTs of unpinned decisions, one in flight per namespace's watches (pods) and
+#: per hub (VolumeAttachments), shared by the checks that ask at once
+_POD_LISTS: weakref.WeakKeyDictionary[Any, SharedRequest] = weakref.WeakKeyDictionary()
+_ATTACHMENT_LISTS: weakref.WeakKeyDictionary[Any, SharedRequest] = weakref.WeakKeyDictionary()
+
+
 class ViewNotLive(Exception):
     """The view cannot be trusted now (a watch is broken or not listed yet)."""
 
@@ -424,8 +439,9 @@ class ClusterView:
         pins them; False when it does not, and the view is listed again (its watch missed it)."""
         wanted = set(claims)
         own_name = (pod.get("metadata") or {}).get("name")
-        (listed, _), volumes = await asyncio.gather(
-            list_all(self.core.list_namespaced_pod, self.namespace, transform=slim_pod),
+        # shared with the checks that confirm at the same time (a burst): one LIST for all
+        listed, volumes = await asyncio.gather(
+            self._shared(_POD_LISTS, self.watches, self._list_pods).get(),
             self._confirm_attachments(wanted),
         )
         held = [
@@ -458,12 +474,30 @@ class ClusterView:
         volumes |= self._same_disk(volumes, {})
         if not volumes:
             return set()
-        listing = await read_json(self.hub.storage.list_volume_attachment)
+        listing = await self._shared(_ATTACHMENT_LISTS, self.hub, self._list_attachments).get()
         return {
             pv
             for va in listing.get("items") or []
             if (pv := attachment_pv(va)) in volumes and attached_nodes([va])
         }
+
+    @staticmethod
+    def _shared(
+        requests: weakref.WeakKeyDictionary[Any, SharedRequest], owner: Any, request: Any
+    ) -> SharedRequest:
+        shared = requests.get(owner)
+        if shared is None:
+            shared = requests[owner] = SharedRequest(request)
+        return shared
+
+    async def _list_pods(self) -> list[JsonDict]:
+        listed, _ = await list_all(
+            self.core.list_namespaced_pod, self.namespace, transform=slim_pod
+        )
+        return listed
+
+    async def _list_attachments(self) -> JsonDict:
+        return await read_json(self.hub.storage.list_volume_attachment)
 
     def known_pods(self, pod: Obj) -> list[JsonDict]:
         """What the view last knew of the pods using ``pod``'s claims, live or not (the safe

@@ -428,3 +428,33 @@ async def test_servers_in_many_namespaces_share_one_set_of_cluster_wide_watches(
         await ClusterView.stop_all()
         for namespace in namespaces.values():
             await _drop_namespace(kube, namespace)
+
+
+async def test_unpinned_checks_at_once_on_a_quiet_view_share_one_confirming_list(
+    kube, spawners, monkeypatch
+):
+    # A class at nine o'clock: the hub's watches were quiet, every first server is unpinned and
+    # confirmed by a LIST; one LIST (of pods, and of VolumeAttachments) serves them all.
+    from nebari_colocate import view as view_module
+    from nebari_colocate.informer import NamespaceWatches
+    from tests.support import helpers
+
+    await kube.create_node("node-a", cpu="16")
+    users = [f"user{i}" for i in range(5)]
+    for user in users:
+        await helpers.create_bound_claim(kube.api_client, kube.namespace, f"claim-{user}")
+    servers = [spawners.make(user) for user in users]
+    view = servers[0].colocation_view()
+    view.start()
+    assert await view.wait_live(10)
+    monkeypatch.setattr(NamespaceWatches, "fresh_seconds", 0.0)  # quiet: every check confirms
+    assert not view.fresh()
+    pods = [await manifest_of(server) for server in servers]
+
+    decisions = await asyncio.gather(
+        *(server.colocation_decide(pod) for server, pod in zip(servers, pods, strict=True))
+    )
+
+    assert [(d.verdict, d.node) for d in decisions] == [("colocate", None)] * len(users)
+    assert view_module._POD_LISTS[view.watches].sent == 1
+    assert view_module._ATTACHMENT_LISTS[view.hub].sent == 1
