@@ -486,13 +486,19 @@ class ColocatingKubeSpawner(KubeSpawner):  # type: ignore[misc]  # KubeSpawner s
     async def _direct_state(self, pod: JsonDict) -> ClusterState:
         return await DirectReader(self.api.api_client, self.namespace).state_for(pod)
 
+    @staticmethod
+    def _needs_confirmation(view: ClusterView, decision: Decision) -> bool:
+        """An unpinned decision from a view that is not fresh (no event in the last seconds: its
+        watch may be silent on a dead path)."""
+        return decision.verdict == COLOCATE and decision.node is None and not view.fresh()
+
     async def _confirmed_unpinned(
         self, view: ClusterView, pod: JsonDict, decision: Decision
     ) -> ClusterState | None:
-        """An unpinned decision from a view that is not fresh (no event in the last seconds: its
-        watch may be silent on a dead path) is confirmed by one namespaced LIST of pods and one
-        of VolumeAttachments; None when they agree, else the state read directly."""
-        if decision.verdict != COLOCATE or decision.node is not None or view.fresh():
+        """An unpinned decision that needs it (:meth:`_needs_confirmation`) is confirmed by one
+        namespaced LIST of pods and one of VolumeAttachments (shared by the checks that confirm
+        at once); None when they agree, else the state read directly."""
+        if not self._needs_confirmation(view, decision):
             return None
         if await view.confirm_unpinned(pod, decision.claims):
             return None
@@ -612,7 +618,9 @@ class ColocatingKubeSpawner(KubeSpawner):  # type: ignore[misc]  # KubeSpawner s
                 )
             self._known_claim_modes.learn(self.namespace, pod_claims(pod), state)
             decision = decide(pod, state, policy)
-            if from_view:
+            # (asked first: before Python 3.12 ``wait_for`` costs a trip through the loop's
+            # queue even when nothing is confirmed, and in a burst that trip is long)
+            if from_view and self._needs_confirmation(view, decision):
                 confirmed = await asyncio.wait_for(
                     self._confirmed_unpinned(view, pod, decision),
                     timeout=max(deadline - time.perf_counter(), 0.01),

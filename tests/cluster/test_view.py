@@ -458,3 +458,28 @@ async def test_unpinned_checks_at_once_on_a_quiet_view_share_one_confirming_list
     assert [(d.verdict, d.node) for d in decisions] == [("colocate", None)] * len(users)
     assert view_module._POD_LISTS[view.watches].sent == 1
     assert view_module._ATTACHMENT_LISTS[view.hub].sent == 1
+
+
+async def test_an_unpinned_check_on_a_fresh_view_never_yields_to_the_event_loop(
+    kube, spawners, monkeypatch
+):
+    # In a burst every yield waits behind all the other spawns' work: a check from memory
+    # makes none.
+    from nebari_colocate.informer import NamespaceWatches
+    from tests.support import helpers
+
+    await kube.create_node("node-a", cpu="16")
+    await helpers.create_bound_claim(kube.api_client, kube.namespace, "claim-alice")
+    server = spawners.make("alice")
+    view = server.colocation_view()
+    view.start()
+    assert await view.wait_live(10)
+    monkeypatch.setattr(NamespaceWatches, "fresh_seconds", 1e9)  # fresh: nothing to confirm
+    pod = await manifest_of(server)
+    others = []
+    asyncio.get_running_loop().call_soon(others.append, "another spawn's step")
+
+    decision = await server.colocation_decide(pod)
+
+    assert (decision.verdict, decision.node) == ("colocate", None)
+    assert others == []
