@@ -445,6 +445,9 @@ class HubWatches:
         self.attachments_by_pv = Index(attachment_keys)
         self.pvs_by_disk = Index(disk_keys)
         self.shared = Shared()
+        #: more readers of every pod change (KubeSpawner's pod reflector shares these watches:
+        #: :mod:`nebari_colocate.shared_reflector`), by a key of their own
+        self.pod_listeners: dict[object, Callable[[JsonDict | None, JsonDict | None], None]] = {}
 
         def with_kind(kind: str) -> Callable[[Obj], JsonDict]:
             return lambda obj: dict(obj, kind=kind)
@@ -491,6 +494,8 @@ class HubWatches:
     def pods_changed(self, old: JsonDict | None, new: JsonDict | None) -> None:
         self.by_claim.change(old, new)
         self.by_node.change(old, new)
+        for listener in self.pod_listeners.values():
+            listener(old, new)
 
     def collections(self) -> list[Collection]:
         """The cluster-wide collections (each one LIST and one WATCH at a time)."""
