@@ -43,7 +43,8 @@ class Shared:
 
 def _slim_container(container: Obj) -> JsonDict:
     kept = {"name": container.get("name")}
-    for key in ("resources", "restartPolicy"):
+    # ports: KubeSpawner finds the server's URL by the port named notebook-port
+    for key in ("resources", "restartPolicy", "ports"):
         if key in container:
             kept[key] = container[key]
     return kept

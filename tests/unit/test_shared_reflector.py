@@ -95,6 +95,7 @@ def test_the_selection_is_read_only():
 def server_pod(phase: str, *, deleting: bool = False, **status) -> dict:
     p = pod("jupyter-alice", namespace="jhub", phase=phase, deleting=deleting)
     p["metadata"].update(uid="0b5c-uid", labels=dict(SERVER), managedFields=[{"m": 1}])
+    p["spec"]["containers"][0]["ports"] = [{"containerPort": 8888, "name": "notebook-port"}]
     p["status"].update(status)
     p["status"]["conditions"] = [{"type": "Ready", "status": "True"}]
     return p
@@ -149,6 +150,7 @@ def test_kubespawner_reads_the_same_of_a_slim_pod_as_of_the_whole_pod(name, full
             return type(exc)
 
     assert running(slim) == running(full), name
+    assert KubeSpawner._get_pod_port(None, slim) == 8888  # the URL start() and poll() build
     assert poll_answer(slim) == poll_answer(full), name
     assert KubeSpawner.pod_has_uid(None, slim) and slim["metadata"]["uid"] == "0b5c-uid"
     assert slim["metadata"].get("deletionTimestamp") == full["metadata"].get("deletionTimestamp")
