@@ -108,9 +108,7 @@ async def test_a_server_whose_container_exited_polls_its_exit_code(kube, spawner
     await wait_until(lab.poll, until=lambda code: code == 3, timeout=30, what="poll() says 3")
 
 
-async def test_with_only_the_z2jh_role_the_reflector_reads_the_namespaces_own_watch(
-    kube, spawners
-):
+async def test_with_only_the_z2jh_role_the_reflector_reads_the_namespaces_own_watch(kube, spawners):
     await kube.create_node("cpu-1", cpu="8")
     await kube.create_bound_claim("claim-alice")
     await grant_z2jh_hub_role(kube, "hub")

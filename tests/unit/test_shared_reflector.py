@@ -7,6 +7,7 @@ pod answers KubeSpawner's own readers as the whole pod does.  Plain dicts, no cl
 
 from __future__ import annotations
 
+import asyncio
 import copy
 
 import pytest
@@ -82,6 +83,24 @@ def test_a_relist_replaces_the_selection_and_keeps_a_pod_present_in_both_lists()
     assert sorted(selection) == ["jhub/a", "other/b"]
     store._replace_all([b, labelled("c", component="singleuser-server")])
     assert sorted(selection) == ["jhub/c", "other/b"]
+
+
+async def test_a_relist_gives_the_loop_turns_and_never_drops_a_pod_in_both_lists():
+    selection = PodSelection("jhub", SERVER)
+    store = Collection("pods", method=None, transform=slim_pod, on_change=selection.change)
+    keep = labelled("jupyter-alice", component=SRV)
+    store._replace_all([keep, *(labelled(f"old-{i}", component=SRV) for i in range(500))])
+    fresh = [labelled(f"new-{i}", component=SRV) for i in range(1000)] + [keep]
+    turns, missing = 0, 0
+    relisting = asyncio.ensure_future(store._replace_gradually([slim_pod(p) for p in fresh]))
+    while not relisting.done():
+        turns += 1
+        missing += "jhub/jupyter-alice" not in selection
+        await asyncio.sleep(0)
+    await relisting
+    assert turns > 10 and missing == 0
+    assert sorted(selection) == sorted(f"jhub/{p['metadata']['name']}" for p in fresh)
+    assert store.items.keys() == selection.keys()
 
 
 def test_the_selection_is_read_only():
