@@ -265,7 +265,8 @@ async def spawner_check(
         f"which counts waiting for a core: stock={stock['block_wall']:.1f} ms "
         f"ours={ours['block_wall']:.1f} ms)",
         f"loop-block of ours while its pod watch is listed again after a break: "
-        f"{ours['relist_block']:.1f} ms (wall {ours['relist_wall']:.1f} ms) (pods={pods})",
+        f"{ours['relist_block']:.1f} ms (wall {ours['relist_wall']:.1f} ms; its longest garbage "
+        f"collection {ours['relist_gc']:.1f} ms wall) (pods={pods})",
         f"machine load (1 min average) at the start of the samples: {load:.2f} on "
         f"{os.cpu_count()} cores; the slowest 1 % of checks spent "
         f"{', '.join(f'{collected[i]:.1f}' for i in slow)} ms in garbage collection "
@@ -285,6 +286,9 @@ class _GcPauses:
         import gc
 
         self.total = 0.0
+        #: the longest single collection (seconds) and its generation
+        self.worst = 0.0
+        self.worst_generation = -1
         self._started = 0.0
         gc.callbacks.append(self._callback)
 
@@ -292,7 +296,10 @@ class _GcPauses:
         if phase == "start":
             self._started = time.perf_counter()
         elif self._started:
-            self.total += time.perf_counter() - self._started
+            pause = time.perf_counter() - self._started
+            self.total += pause
+            if pause > self.worst:
+                self.worst, self.worst_generation = pause, info.get("generation", -1)
 
     def reset(self) -> None:
         self.total = 0.0
@@ -453,7 +460,7 @@ async def probe(kubeconfig: str, which: str, loop_seconds: float) -> None:
     lag.start()
     await asyncio.sleep(loop_seconds)
     block, block_wall = await lag.stop()
-    relist_block = relist_wall = 0.0
+    relist_block = relist_wall = gc_worst = 0.0
     store = 0.0
     if shared:
         hub = reflector.hub
@@ -462,11 +469,21 @@ async def probe(kubeconfig: str, which: str, loop_seconds: float) -> None:
         relists = source.resyncs - resyncs
         lag = _LoopLag()
         lag.start()
+        collections = _GcPauses()
+        if os.environ.get("DECIDE_LATENCY_DEBUG"):
+            loop = asyncio.get_running_loop()
+            loop.set_debug(True)
+            loop.slow_callback_duration = 0.05
+            logging.getLogger("asyncio").setLevel(logging.WARNING)
+            logging.basicConfig(stream=sys.stdout)
         source.relist()  # as after a broken watch: LIST page by page, then WATCH
         while not source.live:
             await asyncio.sleep(0.05)
         await asyncio.sleep(1)
         relist_block, relist_wall = await lag.stop()
+        collections.close()
+        gc_worst = collections.worst * 1000
+        print(f"the longest collection was of generation {collections.worst_generation}")
     print(f"rss={rss:.1f}")
     print(f"view={rss - before_pods:.1f}")
     print(f"pods={view_pods if shared else len(reflector.pods)}")
@@ -476,6 +493,7 @@ async def probe(kubeconfig: str, which: str, loop_seconds: float) -> None:
     print(f"relists={relists}")
     print(f"relist_block={relist_block:.2f}")
     print(f"relist_wall={relist_wall:.2f}")
+    print(f"relist_gc={gc_worst:.2f}")
     await _cluster.stop_reflectors("jhub")
 
 

@@ -169,7 +169,8 @@ def test_kubespawner_reads_the_same_of_a_slim_pod_as_of_the_whole_pod(name, full
             return type(exc)
 
     assert running(slim) == running(full), name
-    assert KubeSpawner._get_pod_port(None, slim) == 8888  # the URL start() and poll() build
+    if hasattr(KubeSpawner, "_get_pod_port"):  # kubespawner >= 7.1 builds the URL from it
+        assert KubeSpawner._get_pod_port(None, slim) == 8888
     assert poll_answer(slim) == poll_answer(full), name
     assert KubeSpawner.pod_has_uid(None, slim) and slim["metadata"]["uid"] == "0b5c-uid"
     assert slim["metadata"].get("deletionTimestamp") == full["metadata"].get("deletionTimestamp")
