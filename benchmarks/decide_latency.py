@@ -13,19 +13,30 @@ With ``--spawner-check`` it also times the spawner's own pre-spawn check,
 each state: the live view (nebari_colocate.view, warm: its watches hold every pod) gives the
 user's pods, the pinned node with its pods, the claim and the PV; then decide, then the dry run of
 the pinned pod, whose API round trip is timed and printed apart.  That is what a spawn waits for.
-It also prints the resident memory of a hub-like process holding the state, once with stock
-KubeSpawner's reflectors and once with ours (reflectors + live view), each in a fresh process.
+It also prints, per size, from a fresh hub-like process each for stock KubeSpawner and ours:
+
+- ``hub-memory: stock=… MiB ours=… MiB (pods=…)``: the resident memory once the watches hold
+  the state (stock: KubeSpawner's pod and event reflectors; ours: the event reflector and the
+  live view, whose watch KubeSpawner's pod reflector shares), and the view's memory per 10,000
+  pods;
+- ``loop-block: stock=… ms ours=… ms (pods=…)``: the longest the event loop was blocked over
+  ``--loop-seconds`` (30) of that process idling as a hub does between spawns, measured by a
+  task that sleeps 5 ms and notes how late it wakes: KubeSpawner's reflectors list their
+  collection again every 10 s, so their relists fall inside; and ours once more while its pod
+  watch is listed again after a break (a forced relist).
 
 Prints one line per size and per measure; the last line is the headline:
 ``decide p50=… p99=… ms (pods=10000 nodes=1000)``.
 
     python -m benchmarks.decide_latency [--spawns 2000] [--seed 1] [--spawner-check]
+        [--sizes 50000x5000] [--loop-seconds 30]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import random
 import statistics
@@ -198,7 +209,9 @@ async def _checked_spawners(cls) -> list:
     return spawners
 
 
-async def spawner_check(pods: int, nodes: int, samples: int) -> list[str]:
+async def spawner_check(
+    pods: int, nodes: int, samples: int, loop_seconds: float = 30.0
+) -> list[str]:
     """p50/p99 of ColocatingKubeSpawner.colocation_decide against a real apiserver (the dry
     run's round trip apart), and the hub's resident memory, stock and ours, with the state."""
     from benchmarks import _cluster
@@ -208,7 +221,8 @@ async def spawner_check(pods: int, nodes: int, samples: int) -> list[str]:
     with _cluster.control_plane(kubelet_stub=False) as cp:
         await _cluster.use_credentials(cp.kubeconfig)
         await _load_cluster(cp, objects)
-        rss = {cls: _rss_probe(cp.kubeconfig, cls) for cls in ("stock", "colocate")}
+        probes = {cls: _probe(cp.kubeconfig, cls, loop_seconds) for cls in ("stock", "colocate")}
+        rss = {cls: probe["rss"] for cls, probe in probes.items()}
 
         spawners = await _checked_spawners(ColocatingKubeSpawner)
         first = spawners[0][0]
@@ -236,7 +250,23 @@ async def spawner_check(pods: int, nodes: int, samples: int) -> list[str]:
     size = f"(pods={pods} nodes={nodes})"
     growth = 100 * (rss["colocate"] - rss["stock"]) / rss["stock"]
     slow = sorted(range(len(checks)), key=lambda i: checks[i])[-max(1, len(checks) // 100) :]
+    ours, stock = probes["colocate"], probes["stock"]
     return [
+        f"load average (/proc/loadavg) at the start of the samples: {_loadavg()}",
+        f"hub-memory: stock={rss['stock']:.0f} MiB ours={rss['colocate']:.0f} MiB (pods={pods})",
+        f"view memory: {ours['store'] * 10000 / max(ours['pods'], 1):.1f} MiB per 10,000 pods "
+        f"(its pod store and indexes, object by object: {ours['store']:.1f} MiB for "
+        f"{ours['pods']:.0f} pods; the whole view, as resident memory: {ours['view']:.0f} MiB "
+        f"with {nodes} nodes)",
+        f"loop-block: stock={stock['block']:.1f} ms ours={ours['block']:.1f} ms (pods={pods})",
+        f"  (the most CPU time the loop spent between two wakes of a 5 ms sleeper over "
+        f"{loop_seconds:g} s; KubeSpawner's pod reflector listed its {stock['pods']:.0f} pods "
+        f"{stock['relists']:.0f} times, ours {ours['relists']:.0f} times; wall-clock lateness, "
+        f"which counts waiting for a core: stock={stock['block_wall']:.1f} ms "
+        f"ours={ours['block_wall']:.1f} ms)",
+        f"loop-block of ours while its pod watch is listed again after a break: "
+        f"{ours['relist_block']:.1f} ms (wall {ours['relist_wall']:.1f} ms; its longest garbage "
+        f"collection {ours['relist_gc']:.1f} ms wall) (pods={pods})",
         f"machine load (1 min average) at the start of the samples: {load:.2f} on "
         f"{os.cpu_count()} cores; the slowest 1 % of checks spent "
         f"{', '.join(f'{collected[i]:.1f}' for i in slow)} ms in garbage collection "
@@ -256,6 +286,9 @@ class _GcPauses:
         import gc
 
         self.total = 0.0
+        #: the longest single collection (seconds) and its generation
+        self.worst = 0.0
+        self.worst_generation = -1
         self._started = 0.0
         gc.callbacks.append(self._callback)
 
@@ -263,7 +296,10 @@ class _GcPauses:
         if phase == "start":
             self._started = time.perf_counter()
         elif self._started:
-            self.total += time.perf_counter() - self._started
+            pause = time.perf_counter() - self._started
+            self.total += pause
+            if pause > self.worst:
+                self.worst, self.worst_generation = pause, info.get("generation", -1)
 
     def reset(self) -> None:
         self.total = 0.0
@@ -274,21 +310,93 @@ class _GcPauses:
         gc.callbacks.remove(self._callback)
 
 
-def _rss_probe(kubeconfig: str, which: str) -> float:
-    """The resident memory (MiB) of a fresh hub-like process once KubeSpawner's reflectors (and,
-    for ``colocate``, the live view) hold the state: a child process per measurement."""
+def _loadavg() -> str:
+    return Path("/proc/loadavg").read_text().strip()
+
+
+def _probe(kubeconfig: str, which: str, loop_seconds: float) -> dict[str, float]:
+    """A fresh hub-like process (:func:`probe`) for ``which`` (stock or colocate): its resident
+    memory (MiB) once the watches hold the state, the view's share of it, and the longest event
+    loop block (ms) over ``loop_seconds``."""
     import subprocess
 
     result = subprocess.run(
-        [sys.executable, __file__, "--rss-probe", which, "--kubeconfig", kubeconfig],
+        [
+            sys.executable,
+            __file__,
+            "--probe",
+            which,
+            "--kubeconfig",
+            kubeconfig,
+            "--loop-seconds",
+            str(loop_seconds),
+        ],
         capture_output=True,
         text=True,
     )
     if result.returncode != 0:
-        raise RuntimeError(f"the {which} memory probe failed:\n{result.stderr[-3000:]}")
-    for line in result.stdout.strip().splitlines()[:-1]:
-        print(f"  {which} probe: {line}")
-    return float(result.stdout.strip().splitlines()[-1])
+        raise RuntimeError(f"the {which} probe failed:\n{result.stderr[-3000:]}")
+    figures: dict[str, float] = {}
+    for line in result.stdout.strip().splitlines():
+        key, sep, value = line.partition("=")
+        if sep and key.isidentifier():
+            figures[key] = float(value)
+        else:
+            print(f"  {which} probe: {line}")
+    return figures
+
+
+class _LoopLag:
+    """The longest the event loop was blocked while it ran, from a task sleeping 5 ms at a
+    time: ``worst`` (ms) is the most CPU time the loop's thread spent between two of its wakes
+    (other callbacks ran meanwhile: a JSON parse, a relist), ``worst_wall`` (ms) how late it
+    woke at worst, which on a loaded machine also counts the time the process waited for a
+    core."""
+
+    def __init__(self, interval: float = 0.005) -> None:
+        self.interval = interval
+        self.worst = 0.0
+        self.worst_wall = 0.0
+        self._task: asyncio.Future[None] | None = None
+
+    async def _sample(self) -> None:
+        while True:
+            wall, cpu = time.perf_counter(), time.thread_time()
+            await asyncio.sleep(self.interval)
+            self.worst = max(self.worst, (time.thread_time() - cpu) * 1000)
+            late = (time.perf_counter() - wall - self.interval) * 1000
+            self.worst_wall = max(self.worst_wall, late)
+
+    def start(self) -> None:
+        self._task = asyncio.ensure_future(self._sample())
+
+    async def stop(self) -> tuple[float, float]:
+        """(worst CPU ms, worst wall ms)."""
+        assert self._task is not None
+        self._task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._task
+        return self.worst, self.worst_wall
+
+
+def _deep_mib(roots: list) -> float:
+    """MiB of the objects reachable from ``roots`` through dicts, lists and tuples, each object
+    counted once (objects shared between pods, and interned strings, are counted once)."""
+    seen: set[int] = set()
+    total = 0
+    stack = list(roots)
+    while stack:
+        obj = stack.pop()
+        if id(obj) in seen:
+            continue
+        seen.add(id(obj))
+        total += sys.getsizeof(obj)
+        if isinstance(obj, dict):
+            stack.extend(obj.keys())
+            stack.extend(obj.values())
+        elif isinstance(obj, (list, tuple)):
+            stack.extend(obj)
+    return total / 2**20
 
 
 def _rss_mib() -> float:
@@ -299,8 +407,8 @@ def _rss_mib() -> float:
     raise RuntimeError("no VmRSS in /proc/self/status")
 
 
-async def rss_probe(kubeconfig: str, which: str) -> None:
-    """Child process of :func:`_rss_probe`: warm the watches of one class, print RSS (MiB)."""
+async def probe(kubeconfig: str, which: str, loop_seconds: float) -> None:
+    """Child process of :func:`_probe`: warm the watches of one class, print its figures."""
     import gc
     import logging
 
@@ -308,24 +416,84 @@ async def rss_probe(kubeconfig: str, which: str) -> None:
 
     from benchmarks import _cluster
     from nebari_colocate import ColocatingKubeSpawner
+    from nebari_colocate.shared_reflector import SharedPodReflector
 
     logging.getLogger("traitlets").setLevel(logging.ERROR)
+    logging.getLogger("nebari_colocate").setLevel(logging.ERROR)
     await _cluster.use_credentials(kubeconfig)
     cls = ColocatingKubeSpawner if which == "colocate" else KubeSpawner
     spawners = await _checked_spawners(cls)
     spawner, manifest = spawners[0]
     print(f"rss after imports: {_rss_mib():.0f} MiB")
-    await spawner._start_watching_pods()
     await spawner._start_watching_events()
     gc.collect()
-    print(f"rss with KubeSpawner's reflectors warm: {_rss_mib():.0f} MiB")
+    before_pods = _rss_mib()
+    await spawner._start_watching_pods()
+    reflector = spawner.pod_reflector
+    shared = isinstance(reflector, SharedPodReflector)
+    assert shared == (which == "colocate"), reflector
     if which == "colocate":
         await spawner.colocation_decide(manifest)
-        await spawner.colocation_view().wait_live(120)
+        await spawner.colocation_view().wait_live(300)
         await spawner.colocation_decide(manifest)
+    gc.collect()
     await asyncio.sleep(2)
     gc.collect()
-    print(f"{_rss_mib():.1f}")
+    rss = _rss_mib()
+    print(f"rss with the pods watched ({type(reflector).__name__}): {rss:.0f} MiB")
+    relists = 0
+    if shared:
+        source = reflector.source()
+        resyncs = source.resyncs
+        view_pods = len(source.items)
+    else:
+        original = reflector._list_and_update
+
+        async def counted(*args, **kwargs):
+            nonlocal relists
+            relists += 1
+            return await original(*args, **kwargs)
+
+        reflector._list_and_update = counted
+        view_pods = 0
+    lag = _LoopLag()
+    lag.start()
+    await asyncio.sleep(loop_seconds)
+    block, block_wall = await lag.stop()
+    relist_block = relist_wall = gc_worst = 0.0
+    store = 0.0
+    if shared:
+        hub = reflector.hub
+        indexes = [hub.by_claim.entries, hub.by_node.entries, reflector.pods._pods]
+        store = _deep_mib([source.items, *indexes])
+        relists = source.resyncs - resyncs
+        lag = _LoopLag()
+        lag.start()
+        collections = _GcPauses()
+        if os.environ.get("DECIDE_LATENCY_DEBUG"):
+            loop = asyncio.get_running_loop()
+            loop.set_debug(True)
+            loop.slow_callback_duration = 0.05
+            logging.getLogger("asyncio").setLevel(logging.WARNING)
+            logging.basicConfig(stream=sys.stdout)
+        source.relist()  # as after a broken watch: LIST page by page, then WATCH
+        while not source.live:
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(1)
+        relist_block, relist_wall = await lag.stop()
+        collections.close()
+        gc_worst = collections.worst * 1000
+        print(f"the longest collection was of generation {collections.worst_generation}")
+    print(f"rss={rss:.1f}")
+    print(f"view={rss - before_pods:.1f}")
+    print(f"pods={view_pods if shared else len(reflector.pods)}")
+    print(f"store={store:.2f}")
+    print(f"block={block:.2f}")
+    print(f"block_wall={block_wall:.2f}")
+    print(f"relists={relists}")
+    print(f"relist_block={relist_block:.2f}")
+    print(f"relist_wall={relist_wall:.2f}")
+    print(f"relist_gc={gc_worst:.2f}")
     await _cluster.stop_reflectors("jhub")
 
 
@@ -344,11 +512,17 @@ def main() -> None:
         default=",".join(f"{p}x{n}" for p, n in SIZES),
         help="PODSxNODES,... (default: all four)",
     )
-    parser.add_argument("--rss-probe", choices=("stock", "colocate"), help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--loop-seconds",
+        type=float,
+        default=30.0,
+        help="seconds each hub-like process is watched for event loop blocks (default: 30)",
+    )
+    parser.add_argument("--probe", choices=("stock", "colocate"), help=argparse.SUPPRESS)
     parser.add_argument("--kubeconfig", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.rss_probe:
-        asyncio.run(rss_probe(args.kubeconfig, args.rss_probe))
+    if args.probe:
+        asyncio.run(probe(args.kubeconfig, args.probe, args.loop_seconds))
         return
     sizes = [tuple(int(x) for x in size.split("x")) for size in args.sizes.split(",")]
     rng = random.Random(args.seed)
@@ -363,7 +537,8 @@ def main() -> None:
 
         logging.getLogger("traitlets").setLevel(logging.ERROR)
         for pods, nodes in sizes:
-            for line in asyncio.run(spawner_check(pods, nodes, args.check_samples)):
+            lines = asyncio.run(spawner_check(pods, nodes, args.check_samples, args.loop_seconds))
+            for line in lines:
                 print(line, flush=True)
     print(headline)
 

@@ -58,6 +58,8 @@ DEFAULT_IMAGE_PULL_GRACE_SECONDS = 120.0
 #: seconds a home still attached to another node that no pod uses (a detach under way) may keep
 #: a spawn waiting before it is ended (``detach_grace_seconds``; 0 or less: wait for start_timeout)
 DEFAULT_DETACH_GRACE_SECONDS = 60.0
+#: ``colocation_share_pod_watch``: KubeSpawner's pod reflector reads the live view's watch
+DEFAULT_SHARE_POD_WATCH = True
 #: seconds a REST-requested refusal stays pending before it fails (``refusal_hold_seconds``)
 DEFAULT_REFUSAL_HOLD_SECONDS = 3.0
 #: what messages call the default server (``default_server_display_name``); None: chosen by
@@ -69,6 +71,9 @@ DEFAULT_SERVER_DISPLAY_NAME: str | None = None
 
 #: seconds between looks at the event reflector's cache while a pod starts
 EVENT_POLL_INTERVAL = 0.5
+#: seconds the pod reflector on the live view waits for the view's first LIST of the pods (as
+#: KubeSpawner's own reflector's ``request_timeout``)
+POD_WATCH_FIRST_LIST_SECONDS = 60.0
 #: seconds a spawn the API failed keeps watching for its pod (a create request that reached a
 #: stalled API server can be carried out after the spawn ended), to delete it
 API_FAULT_SWEEP_SECONDS = 600.0
@@ -259,6 +264,9 @@ SETTINGS: Mapping[str, Setting] = {
     "colocation_watch_stale_seconds": Setting(DEFAULT_WATCH_STALE_SECONDS, check_watch_stale),
     "fail_fast_on_events": Setting(
         DEFAULT_FAIL_FAST_ON_EVENTS, lambda value: check_flag("fail_fast_on_events", value)
+    ),
+    "colocation_share_pod_watch": Setting(
+        DEFAULT_SHARE_POD_WATCH, lambda value: check_flag("colocation_share_pod_watch", value)
     ),
     "unschedulable_grace_seconds": Setting(
         DEFAULT_UNSCHEDULABLE_GRACE_SECONDS,

@@ -89,6 +89,7 @@ KEYS = {
 NOT_EXPOSED = (
     "colocation_watch_stale_seconds",
     "fail_fast_on_events",
+    "colocation_share_pod_watch",
     "unschedulable_grace_seconds",
     "image_pull_grace_seconds",
     "detach_grace_seconds",

@@ -27,7 +27,7 @@ from typing import Any, ClassVar
 
 from . import metrics
 from .config import DEFAULT_WATCH_STALE_SECONDS, FRESH_SECONDS
-from .kubeapi import ApiCall, ApiError, Apis, forbidden, list_all, watch
+from .kubeapi import YIELD_EVERY, ApiCall, ApiError, Apis, forbidden, list_all, watch
 from .objects import JsonDict, Obj, attachment_pv, pod_claims, volume_identity
 from .slim import Shared, slim_node, slim_pod
 
@@ -143,11 +143,10 @@ class Collection:
         if old is not None and self._on_change:
             self._on_change(old, None)
 
-    def _replace_all(self, items: Iterable[JsonDict], transformed: bool = False) -> None:
+    def _replace_all(self, items: Iterable[JsonDict]) -> None:
         fresh: dict[str, JsonDict] = {}
         for obj in items:
-            if not transformed:
-                obj = self._transform(obj) if self._transform else dict(obj)
+            obj = self._transform(obj) if self._transform else dict(obj)
             fresh[cache_key(obj)] = obj
         old_items, self.items = self.items, fresh
         if self._on_change:
@@ -157,12 +156,34 @@ class Collection:
             for key, obj in fresh.items():
                 self._on_change(old_items.get(key), obj)
 
+    async def _replace_gradually(self, items: Iterable[JsonDict]) -> None:
+        """:meth:`_replace_all` for a LIST's (transformed) answer, a few objects between two
+        turns of the event loop, so a relist of 50,000 pods never blocks it for long.  New and
+        changed objects first, then the ones gone: an object in both lists is never missing
+        meanwhile (KubeSpawner's pod reflector reads the store: a server must not look gone).
+        Nobody trusts the collection meanwhile: it is not ``live`` while it lists."""
+        fresh = {cache_key(obj): obj for obj in items}
+        for n, (key, obj) in enumerate(fresh.items(), 1):
+            old = self.items.get(key)
+            self.items[key] = obj
+            if self._on_change:
+                self._on_change(old, obj)
+            if n % YIELD_EVERY == 0:
+                await asyncio.sleep(0)
+        gone = [key for key in self.items if key not in fresh]
+        for n, key in enumerate(gone, 1):
+            old = self.items.pop(key)
+            if self._on_change:
+                self._on_change(old, None)
+            if n % YIELD_EVERY == 0:
+                await asyncio.sleep(0)
+
     async def _list(self) -> None:
         # Pages keep the parsed JSON of a large collection small while it is slimmed.
         items, version = await list_all(
             self._method, *self._args, transform=self._transform, page_size=self.page_size
         )
-        self._replace_all(items, transformed=True)
+        await self._replace_gradually(items)
         self.resource_version = version
         self.last_seen = time.monotonic()
 
@@ -445,6 +466,9 @@ class HubWatches:
         self.attachments_by_pv = Index(attachment_keys)
         self.pvs_by_disk = Index(disk_keys)
         self.shared = Shared()
+        #: more readers of every pod change (KubeSpawner's pod reflector shares these watches:
+        #: :mod:`nebari_colocate.shared_reflector`), by a key of their own
+        self.pod_listeners: dict[object, Callable[[JsonDict | None, JsonDict | None], None]] = {}
 
         def with_kind(kind: str) -> Callable[[Obj], JsonDict]:
             return lambda obj: dict(obj, kind=kind)
@@ -491,6 +515,8 @@ class HubWatches:
     def pods_changed(self, old: JsonDict | None, new: JsonDict | None) -> None:
         self.by_claim.change(old, new)
         self.by_node.change(old, new)
+        for listener in self.pod_listeners.values():
+            listener(old, new)
 
     def collections(self) -> list[Collection]:
         """The cluster-wide collections (each one LIST and one WATCH at a time)."""

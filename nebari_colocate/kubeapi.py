@@ -198,6 +198,11 @@ async def read_json_or_none(
         raise
 
 
+#: objects handled between two turns of the event loop while a large collection is listed or
+#: applied to the caches (a few milliseconds of work)
+YIELD_EVERY = 100
+
+
 async def list_all(
     method: ApiCall,
     *args: Any,
@@ -205,7 +210,10 @@ async def list_all(
     page_size: int = 500,
 ) -> tuple[list[JsonDict], str | None]:
     """Every object of a collection, page by page (the parsed JSON of one page at a time, each
-    object passed through ``transform`` as it arrives); returns (objects, resourceVersion)."""
+    object passed through ``transform`` as it arrives); returns (objects, resourceVersion).
+
+    The event loop runs other tasks between pages and every ``YIELD_EVERY`` objects of a page,
+    so listing a large collection never blocks it for long."""
     items: list[JsonDict] = []
     token = None
     while True:
@@ -213,8 +221,10 @@ async def list_all(
         if token:
             kwargs["_continue"] = token
         listing = await read_json(method, *args, **kwargs)
-        for obj in listing.get("items") or []:
+        for n, obj in enumerate(listing.get("items") or [], 1):
             items.append(transform(obj) if transform else dict(obj))
+            if n % YIELD_EVERY == 0:
+                await asyncio.sleep(0)
         meta = listing.get("metadata") or {}
         token = meta.get("continue")
         if not token:

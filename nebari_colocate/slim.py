@@ -1,6 +1,8 @@
 """What the readers keep of a pod and of a node: the fields a decision, a message or a report
-reads, and one copy of equal sub-objects across pods (a profile's containers and tolerations, a
-user's volumes), so a hub watching 10,000 pods stays small.  (pure)
+reads (and, of a pod, what KubeSpawner's ``poll()``, ``start()`` and ``stop()`` read from its pod
+reflector, which shares the watch: :mod:`nebari_colocate.shared_reflector`), and one copy of
+equal sub-objects across pods (a profile's containers and tolerations, a user's volumes), so a
+hub watching 10,000 pods stays small.  (pure)
 
 The watches (:mod:`nebari_colocate.informer`) keep every object so; the direct reads
 (:mod:`nebari_colocate.view`) slim the pods they list.
@@ -41,7 +43,8 @@ class Shared:
 
 def _slim_container(container: Obj) -> JsonDict:
     kept = {"name": container.get("name")}
-    for key in ("resources", "restartPolicy"):
+    # ports: KubeSpawner finds the server's URL by the port named notebook-port
+    for key in ("resources", "restartPolicy", "ports"):
         if key in container:
             kept[key] = container[key]
     return kept
@@ -62,6 +65,7 @@ _SPEC_KEPT = (
 _META_KEPT = (
     ("name", False),
     ("namespace", False),
+    ("uid", False),
     ("labels", True),
     ("annotations", True),
     ("deletionTimestamp", False),
@@ -73,9 +77,39 @@ def _no_share(value: _T) -> _T:
     return value
 
 
+def _slim_container_status(status: Obj) -> JsonDict:
+    """What KubeSpawner reads of a container's status: its name, whether it is ready, which
+    state it is in, and a terminated container's exit code (``poll()`` returns it)."""
+    state = status.get("state") or {}
+    kept_state: JsonDict = {}
+    for key, value in state.items():
+        if key == "terminated" and isinstance(value, dict):
+            kept_state[key] = {k: value[k] for k in ("exitCode", "reason") if k in value}
+        else:
+            kept_state[key] = {}  # when it started or why it waits: nobody reads it
+    return {"name": status.get("name"), "ready": status.get("ready"), "state": kept_state}
+
+
+def _slim_status(status: Obj, share: Callable[[Any], Any]) -> JsonDict:
+    """The phase, the pod IP and the container statuses, each only when the API gave it (as
+    KubeSpawner tells a missing key from a present one: ``pod["status"]["podIP"]``,
+    ``pod["status"].get("containerStatuses")``)."""
+    kept: JsonDict = {}
+    if status.get("phase"):
+        kept["phase"] = status["phase"]
+    if "podIP" in status:
+        kept["podIP"] = status["podIP"]
+    statuses = status.get("containerStatuses")
+    if statuses is not None:
+        # equal across a profile's running servers once start times are dropped: kept once
+        kept["containerStatuses"] = share([_slim_container_status(c) for c in statuses])
+    return kept if "podIP" in kept else share(kept)
+
+
 def slim_pod(pod: Obj, share: Callable[[Any], Any] = _no_share) -> JsonDict:
     """The fields of a pod a decision, a message or a report reads: who owns it, where it is
-    bound, its claims, what it requests and how it selects nodes, and its phase.  (pure)
+    bound, its claims, what it requests and how it selects nodes, its phase, and what
+    KubeSpawner reads of a server pod (uid, pod IP, container readiness and exit codes).  (pure)
 
     ``share`` (a :class:`Shared`) keeps equal sub-objects once across pods.
     """
@@ -90,13 +124,12 @@ def slim_pod(pod: Obj, share: Callable[[Any], Any] = _no_share) -> JsonDict:
     for key in ("containers", "initContainers"):
         if spec.get(key):
             slim_spec[key] = share([_slim_container(c) for c in spec[key]])
-    phase = (pod.get("status") or {}).get("phase")
     slim_meta = {k: (share(meta[k]) if s else meta[k]) for k, s in _META_KEPT if k in meta}
     return {
         "kind": "Pod",
         "metadata": slim_meta,
         "spec": slim_spec,
-        "status": share({"phase": phase} if phase else {}),
+        "status": _slim_status(pod.get("status") or {}, share),
     }
 
 

@@ -56,10 +56,12 @@ from .config import (
     DEFAULT_PREMIUM_RESOURCES,
     DEFAULT_REFUSAL_HOLD_SECONDS,
     DEFAULT_SERVER_DISPLAY_NAME,
+    DEFAULT_SHARE_POD_WATCH,
     DEFAULT_UNSCHEDULABLE_GRACE_SECONDS,
     DEFAULT_WATCH_STALE_SECONDS,
     DEFAULT_WAY_OUT_RELEASE_TIMEOUT,
     EVENT_POLL_INTERVAL,
+    POD_WATCH_FIRST_LIST_SECONDS,
     PREMIUM_POLICIES,
     SETTINGS,
     check_mode_conflicts,
@@ -74,6 +76,7 @@ from .faults import (
     connection_failed,
 )
 from .fit import offered, requests_any
+from .informer import HubWatches
 from .jupyterhub import (
     JUPYTERHUB_MAJOR,
     ColocationRefused,
@@ -98,6 +101,7 @@ from .objects import (
     pod_server,
 )
 from .placement import COLOCATE, REFUSE, SKIP, Decision, Policy, decide, safe_side
+from .shared_reflector import PodWatchUnavailable, SharedPodReflector, reflector_fields_ok
 from .state import ClusterState
 from .view import ClusterView, DirectReader, ViewNotLive
 from .wayout import PremiumRide, premium_rides
@@ -226,6 +230,21 @@ class ColocatingKubeSpawner(KubeSpawner):  # type: ignore[misc]  # KubeSpawner s
         node, the autoscaler (cluster-autoscaler or Karpenter) says no node can be added, the
         volume is attached elsewhere (Multi-Attach), or the image name is invalid.  The pod is
         deleted.  Needs ``events_enabled`` (KubeSpawner's default).  Default: True.
+        """,
+    )
+
+    colocation_share_pod_watch = Bool(
+        DEFAULT_SHARE_POD_WATCH,
+        config=True,
+        help="""
+        Let KubeSpawner's pod reflector read the live view's watch of the pods instead of
+        watching the same pods a second time.  KubeSpawner's own reflector keeps every server
+        pod whole and lists them all again every 10 s (one JSON parse of the whole list on the
+        hub's event loop); the view keeps each pod slim, lists page by page, and lists again
+        only after a broken watch.  Default: True.  KubeSpawner's own reflector is used anyway
+        when the view's pods may not be listed (RBAC), and when KubeSpawner or a hook reads
+        more of a pod than the view keeps (``internal_ssl``, ``services_enabled``,
+        ``after_pod_created_hook``, ``get_pod_url``).  False: always KubeSpawner's own.
         """,
     )
 
@@ -434,6 +453,67 @@ class ColocatingKubeSpawner(KubeSpawner):  # type: ignore[misc]  # KubeSpawner s
                 await asyncio.sleep(0.05)
         finally:
             self._release_colocation_lock()
+
+    # ------------------------------------------------------------------------------------------
+    # the pod reflector, on the live view's watch (nebari_colocate.shared_reflector)
+
+    def _shares_pod_watch(self) -> bool:
+        return bool(self.colocation_share_pod_watch) and reflector_fields_ok(self)
+
+    async def _start_watching_pods(self, replace: bool = False) -> Any:
+        """KubeSpawner's pod reflector, made of the live view's watch when it can be
+        (``colocation_share_pod_watch``), else KubeSpawner's own."""
+        if not self._shares_pod_watch():
+            return await super()._start_watching_pods(replace=replace)
+        key = self._get_reflector_key("pods")
+        reflectors = type(self).reflectors  # KubeSpawner's class-level dict, never redefined
+        current = reflectors.get(key)
+        if current is not None and not replace:
+            if not current.first_load_future.done():
+                await current.first_load_future
+            return reflectors.get(key, current)
+        hub = HubWatches.of_running_loop(self.api.api_client)
+        if self.namespace and not self.enable_user_namespaces:
+            hub.namespace(self.namespace).stale_after = self.colocation_watch_stale_seconds
+        reflector = SharedPodReflector(
+            hub,
+            None if self.enable_user_namespaces else self.namespace,
+            {"component": self.component_label},
+        )
+        reflectors[key] = reflector
+        if replace and isinstance(current, SharedPodReflector):
+            current.relist()  # KubeSpawner replaces a reflector that seems disconnected
+        try:
+            await reflector.start(timeout=POD_WATCH_FIRST_LIST_SECONDS)
+        except PodWatchUnavailable as exc:
+            self.log.info(
+                "colocate: the live view may not watch the pods (%s); KubeSpawner watches them",
+                exc,
+            )
+            return await self._stock_pod_reflector(reflector)
+        except BaseException as exc:
+            # as KubeSpawner's own: the first LIST failed; the next call tries again
+            if reflectors.get(key) is reflector:
+                del reflectors[key]
+            await reflector.stop()
+            reflector.failed(exc)
+            raise
+        reflector.loaded()
+        if current is not None and current is not reflector:
+            await current.stop()
+        return reflector
+
+    async def _stock_pod_reflector(self, shared: SharedPodReflector) -> Any:
+        """KubeSpawner's own pod reflector in place of ``shared``; spawners awaiting
+        ``shared``'s first load go on once it has loaded (or failed)."""
+        try:
+            stock = await super()._start_watching_pods(replace=True)
+        except BaseException as exc:
+            shared.failed(exc)
+            raise
+        await shared.stop()
+        shared.loaded()
+        return stock
 
     # ------------------------------------------------------------------------------------------
     # the check

@@ -69,6 +69,7 @@ BAD_VALUES = {
     "colocation_check_timeout": 0.1,
     "colocation_watch_stale_seconds": 10,
     "fail_fast_on_events": "yes",
+    "colocation_share_pod_watch": "no",
     "unschedulable_grace_seconds": math.nan,
     "image_pull_grace_seconds": math.inf,
     "detach_grace_seconds": -math.inf,

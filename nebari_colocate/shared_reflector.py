@@ -1,0 +1,165 @@
+"""KubeSpawner's pod reflector on the live view's watch: one watch of the pods, not two
+(``docs/decisions.md``, "One watch of the pods").
+
+KubeSpawner keeps every server pod of the namespace in memory with a reflector of its own (LIST,
+then a WATCH that ends every 10 s and a whole LIST again, parsed in one piece on the event loop),
+while the live view (:mod:`nebari_colocate.informer`) already watches every pod of the namespace
+(or of the cluster), with bookmarks, listed again only after a break.  :class:`SharedPodReflector`
+is what KubeSpawner's ``poll()``, ``start()`` and ``stop()`` read (``pods``, a read-only mapping
+``"namespace/name"`` -> pod; ``first_load_future``; ``start()``; ``stop()``), made of the view's
+pod store: :class:`PodSelection`, the pods the reflector's label selector selects, kept up to date
+from the store's changes.  The pods are the view's slim pods (:mod:`nebari_colocate.slim`), which
+keep every field KubeSpawner reads of them.
+
+When the view's pods may not be listed (RBAC), the spawner falls back to KubeSpawner's own
+reflector (:meth:`nebari_colocate.spawner.ColocatingKubeSpawner._start_watching_pods`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any
+
+from .informer import Collection, HubWatches, cache_key
+from .objects import JsonDict, Obj
+
+
+def selects(obj: Obj, namespace: str | None, labels: Mapping[str, str]) -> bool:
+    """Whether a reflector of ``namespace`` (None: every namespace) with label selector
+    ``labels`` (``key=value``, ANDed, as KubeSpawner builds it) reflects ``obj``.  (pure)"""
+    meta = obj.get("metadata") or {}
+    if namespace is not None and meta.get("namespace") != namespace:
+        return False
+    have = meta.get("labels") or {}
+    return all(have.get(key) == value for key, value in labels.items())
+
+
+class PodSelection(Mapping[str, JsonDict]):
+    """The pods a label selector selects in one namespace (or every namespace), as a read-only
+    mapping ``"namespace/name"`` -> pod, kept up to date by :meth:`change` (a pod collection's
+    changes).  ``get`` and ``in`` cost one dict lookup; iterating costs the selected pods only."""
+
+    def __init__(self, namespace: str | None, labels: Mapping[str, str]) -> None:
+        self.namespace = namespace
+        self.labels = dict(labels)
+        self._pods: dict[str, JsonDict] = {}
+
+    def change(self, old: JsonDict | None, new: JsonDict | None) -> None:
+        if old is not None:
+            self._pods.pop(cache_key(old), None)
+        if new is not None and selects(new, self.namespace, self.labels):
+            self._pods[cache_key(new)] = new
+
+    def fill(self, pods: Iterable[JsonDict]) -> None:
+        for pod in pods:
+            self.change(None, pod)
+
+    def __getitem__(self, key: str) -> JsonDict:
+        return self._pods[key]
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._pods
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(list(self._pods))  # a copy: the watch may change it between two reads
+
+    def __len__(self) -> int:
+        return len(self._pods)
+
+
+class PodWatchUnavailable(Exception):
+    """The view's pods may not be listed or watched here (RBAC): use KubeSpawner's reflector."""
+
+
+class SharedPodReflector:
+    """KubeSpawner's pod reflector on the view's watch (module docstring).  ``namespace`` None:
+    every namespace (``enable_user_namespaces``)."""
+
+    kind = "pods"
+
+    def __init__(self, hub: HubWatches, namespace: str | None, labels: Mapping[str, str]) -> None:
+        self.hub = hub
+        self.namespace = namespace
+        self.labels = dict(labels)
+        # as KubeSpawner's reflectors name them (logs and operators' hooks read them)
+        self.label_selector = ",".join(f"{k}={v}" for k, v in self.labels.items())
+        self.field_selector = ""
+        self.omit_namespace = namespace is None
+        self.first_load_future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._selection = PodSelection(namespace, labels)
+        self._listening = False
+
+    @property
+    def pods(self) -> Mapping[str, JsonDict]:
+        """The selected pods, ``"namespace/name"`` -> pod (read-only)."""
+        return self._selection
+
+    #: KubeSpawner's ResourceReflector name for the same store
+    resources = pods
+
+    def source(self) -> Collection:
+        """The pod collection in use: the cluster-wide one, or the namespace's own where RBAC
+        forbids the cluster-wide LIST."""
+        if self.namespace is None:
+            return self.hub.all_pods
+        return self.hub.namespace(self.namespace).pods
+
+    async def start(self, timeout: float) -> None:
+        """Read the view's pods from now on, and wait (up to ``timeout`` seconds) for their
+        first LIST.  Raises PodWatchUnavailable when RBAC forbids them, TimeoutError when the
+        API does not answer in time; ``first_load_future`` is left to the caller then."""
+        if self.namespace is None:
+            self.hub.start()
+        else:
+            self.hub.namespace(self.namespace).start()
+        self.hub.pod_listeners[id(self)] = self._selection.change
+        self._listening = True
+        await asyncio.wait_for(self._settled(), timeout)
+        source = self.source()
+        if source.forbidden:
+            raise PodWatchUnavailable(source.error or f"{source.name}: forbidden")
+        self._selection.fill(source.items.values())
+
+    async def _settled(self) -> None:
+        await self.hub.all_pods.settled.wait()
+        if self.namespace is not None and self.hub.all_pods.forbidden:
+            await self.hub.namespace(self.namespace).own_pods.settled.wait()
+
+    def loaded(self) -> None:
+        if not self.first_load_future.done():
+            self.first_load_future.set_result(None)
+
+    def failed(self, exc: BaseException) -> None:
+        if not self.first_load_future.done():
+            self.first_load_future.set_exception(exc)
+            # nobody may await it: do not let asyncio log "exception was never retrieved"
+            with contextlib.suppress(BaseException):
+                self.first_load_future.exception()
+
+    def relist(self) -> None:
+        """List the pods again (KubeSpawner replaces a reflector that seems disconnected)."""
+        self.source().relist()
+
+    async def stop(self) -> None:
+        """Stop reading the view (its watches go on: the view and other spawners use them)."""
+        if self._listening:
+            self._listening = False
+            self.hub.pod_listeners.pop(id(self), None)
+
+    def __repr__(self) -> str:
+        where = self.namespace or "all namespaces"
+        return f"<SharedPodReflector {self.label_selector!r} in {where}: {len(self.pods)} pods>"
+
+
+def reflector_fields_ok(spawner: Any) -> bool:
+    """Whether KubeSpawner reads nothing of its reflector's pods beyond what the view keeps:
+    ``internal_ssl`` and ``services_enabled`` read the containers' ports, an
+    ``after_pod_created_hook`` or a ``get_pod_url`` hook gets the whole pod."""
+    return not (
+        getattr(spawner, "internal_ssl", False)
+        or getattr(spawner, "services_enabled", False)
+        or getattr(spawner, "after_pod_created_hook", None)
+        or getattr(spawner, "get_pod_url", None)
+    )

@@ -1,0 +1,207 @@
+"""KubeSpawner's pod reflector on the live view's watch (nebari_colocate.shared_reflector): which
+pods its mapping selects, how it follows the watch's changes, and that what the view keeps of a
+pod answers KubeSpawner's own readers as the whole pod does.  Plain dicts, no cluster.
+
+(The reflector with real spawners runs in tests/cluster/test_shared_reflector_cluster.py.)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+
+import pytest
+from kubespawner import KubeSpawner
+
+from nebari_colocate.informer import Collection
+from nebari_colocate.shared_reflector import PodSelection, reflector_fields_ok, selects
+from nebari_colocate.slim import Shared, slim_pod
+from tests.support.builders import pod
+
+SERVER = {"component": "singleuser-server"}
+
+
+def labelled(name: str, namespace: str = "jhub", **labels: str) -> dict:
+    p = pod(name, namespace=namespace)
+    p["metadata"]["labels"] = dict(labels)
+    return p
+
+
+SRV = "singleuser-server"
+
+
+@pytest.mark.parametrize(
+    "name, obj, namespace, labels, expected",
+    [
+        ("a server pod of the namespace", labelled("a", component=SRV), "jhub", SERVER, True),
+        ("another component", labelled("a", component="hub"), "jhub", SERVER, False),
+        ("no labels", labelled("a"), "jhub", SERVER, False),
+        ("another namespace", labelled("a", "other", component=SRV), "jhub", SERVER, False),
+        ("every namespace", labelled("a", "other", component=SRV), None, SERVER, True),
+        ("extra labels do not matter", labelled("a", component=SRV, app="x"), "jhub", SERVER, True),
+        ("all its labels", labelled("a", component=SRV), "jhub", {**SERVER, "app": "x"}, False),
+        ("an empty selector selects all", labelled("a"), "jhub", {}, True),
+        ("a pod with no metadata", {}, "jhub", SERVER, False),
+    ],
+)
+def test_the_reflector_selects_what_kubespawners_label_selector_selects(
+    name, obj, namespace, labels, expected
+):
+    assert selects(obj, namespace, labels) is expected, name
+
+
+def test_the_selection_follows_added_modified_and_deleted_pods_of_the_store():
+    selection = PodSelection("jhub", SERVER)
+    store = Collection("pods", method=None, transform=slim_pod, on_change=selection.change)
+    server = labelled("jupyter-alice", component="singleuser-server")
+    store._event({"type": "ADDED", "object": labelled("backup")})
+    store._event({"type": "ADDED", "object": server})
+    assert list(selection) == ["jhub/jupyter-alice"]
+    assert "jhub/backup" not in selection and selection.get("jhub/backup") is None
+
+    running = copy.deepcopy(server)
+    running["status"] = {"phase": "Running", "podIP": "127.0.0.9"}
+    store._event({"type": "MODIFIED", "object": running})
+    assert selection["jhub/jupyter-alice"]["status"]["podIP"] == "127.0.0.9"
+    assert len(selection) == 1
+
+    relabelled = copy.deepcopy(running)
+    relabelled["metadata"]["labels"] = {"component": "other"}
+    store._event({"type": "MODIFIED", "object": relabelled})
+    assert len(selection) == 0
+    store._event({"type": "MODIFIED", "object": running})
+    store._event({"type": "DELETED", "object": running})
+    assert dict(selection) == {}
+
+
+def test_a_relist_replaces_the_selection_and_keeps_a_pod_present_in_both_lists():
+    selection = PodSelection(None, SERVER)
+    store = Collection("pods", method=None, transform=slim_pod, on_change=selection.change)
+    a = labelled("a", component="singleuser-server")
+    b = labelled("b", "other", component="singleuser-server")
+    store._replace_all([a, b])
+    assert sorted(selection) == ["jhub/a", "other/b"]
+    store._replace_all([b, labelled("c", component="singleuser-server")])
+    assert sorted(selection) == ["jhub/c", "other/b"]
+
+
+async def test_a_relist_gives_the_loop_turns_and_never_drops_a_pod_in_both_lists():
+    selection = PodSelection("jhub", SERVER)
+    store = Collection("pods", method=None, transform=slim_pod, on_change=selection.change)
+    keep = labelled("jupyter-alice", component=SRV)
+    store._replace_all([keep, *(labelled(f"old-{i}", component=SRV) for i in range(500))])
+    fresh = [labelled(f"new-{i}", component=SRV) for i in range(1000)] + [keep]
+    turns, missing = 0, 0
+    relisting = asyncio.ensure_future(store._replace_gradually([slim_pod(p) for p in fresh]))
+    while not relisting.done():
+        turns += 1
+        missing += "jhub/jupyter-alice" not in selection
+        await asyncio.sleep(0)
+    await relisting
+    assert turns > 10 and missing == 0
+    assert sorted(selection) == sorted(f"jhub/{p['metadata']['name']}" for p in fresh)
+    assert store.items.keys() == selection.keys()
+
+
+def test_the_selection_is_read_only():
+    selection = PodSelection("jhub", SERVER)
+    selection.fill([labelled("a", component="singleuser-server")])
+    with pytest.raises(TypeError):
+        selection["jhub/a"] = {}  # type: ignore[index]
+    assert not hasattr(selection, "pop")
+
+
+def server_pod(phase: str, *, deleting: bool = False, **status) -> dict:
+    p = pod("jupyter-alice", namespace="jhub", phase=phase, deleting=deleting)
+    p["metadata"].update(uid="0b5c-uid", labels=dict(SERVER), managedFields=[{"m": 1}])
+    p["spec"]["containers"][0]["ports"] = [{"containerPort": 8888, "name": "notebook-port"}]
+    p["status"].update(status)
+    p["status"]["conditions"] = [{"type": "Ready", "status": "True"}]
+    return p
+
+
+def notebook(**state) -> dict:
+    return {"name": "notebook", "ready": "running" in state, "state": state, "restartCount": 0}
+
+
+STARTED = {"startedAt": "2026-01-01T00:00:00Z"}
+IP = "127.0.0.5"
+UP = notebook(running=STARTED)
+EXITED = notebook(terminated={"exitCode": 3, "reason": "Error", **STARTED})
+PROXY = {"name": "proxy", "ready": True, "state": {"running": STARTED}}
+KUBESPAWNER_READS = [
+    ("pending", server_pod("Pending")),
+    ("running", server_pod("Running", podIP=IP, containerStatuses=[UP])),
+    ("being deleted", server_pod("Running", deleting=True, podIP=IP, containerStatuses=[UP])),
+    ("not ready", server_pod("Running", podIP=IP, containerStatuses=[{**UP, "ready": False}])),
+    ("no IP yet", server_pod("Running", podIP=None, containerStatuses=[UP])),
+    ("exited 3", server_pod("Running", podIP=IP, containerStatuses=[EXITED])),
+    ("waiting", server_pod("Pending", containerStatuses=[notebook(waiting={"reason": "Pull"})])),
+    ("culled: no container statuses", server_pod("Running", podIP=IP)),
+    ("a sidecar too", server_pod("Running", podIP=IP, containerStatuses=[UP, PROXY])),
+]
+
+
+def poll_answer(p: dict):
+    """What KubeSpawner.poll() answers from a reflector's pod (its own reading, line by line
+    of kubespawner 7.0 / 7.1), before it looks at the URL."""
+    if p["status"]["phase"] == "Pending":
+        return None
+    statuses = p["status"].get("containerStatuses")
+    if statuses is None:
+        return 1
+    for c in statuses:
+        if c["name"] == "notebook":
+            if "terminated" in c["state"]:
+                return c["state"]["terminated"]["exitCode"]
+            break
+    return None
+
+
+@pytest.mark.parametrize("name, full", KUBESPAWNER_READS)
+def test_kubespawner_reads_the_same_of_a_slim_pod_as_of_the_whole_pod(name, full):
+    slim = slim_pod(full, Shared())
+
+    def running(p):
+        try:
+            return KubeSpawner.is_pod_running(None, p)
+        except (KeyError, TypeError) as exc:  # KubeSpawner's own reading may fail so; the same
+            return type(exc)
+
+    assert running(slim) == running(full), name
+    if hasattr(KubeSpawner, "_get_pod_port"):  # kubespawner >= 7.1 builds the URL from it
+        assert KubeSpawner._get_pod_port(None, slim) == 8888
+    assert poll_answer(slim) == poll_answer(full), name
+    assert KubeSpawner.pod_has_uid(None, slim) and slim["metadata"]["uid"] == "0b5c-uid"
+    assert slim["metadata"].get("deletionTimestamp") == full["metadata"].get("deletionTimestamp")
+    assert slim["status"].get("podIP") == full["status"].get("podIP")
+    assert "podIP" in slim["status"] or "podIP" not in full["status"]
+
+
+def test_equal_container_statuses_of_many_servers_are_kept_once():
+    shared = Shared()
+    servers = [server_pod("Running", podIP=f"127.0.0.{i}", containerStatuses=[UP]) for i in (1, 2)]
+    pods = [slim_pod(p, shared) for p in servers]
+    assert len({id(p["status"]["containerStatuses"]) for p in pods}) == 1
+    assert len({p["status"]["podIP"] for p in pods}) == 2
+
+
+@pytest.mark.parametrize(
+    "traits, shareable",
+    [
+        ({}, True),
+        ({"internal_ssl": True}, False),
+        ({"services_enabled": True}, False),
+        ({"after_pod_created_hook": lambda spawner, pod: None}, False),
+        ({"get_pod_url": lambda spawner, pod: "http://x"}, False),
+    ],
+)
+def test_the_watch_is_shared_only_when_kubespawner_reads_nothing_the_view_drops(traits, shareable):
+    class Spawner:
+        internal_ssl = services_enabled = False
+        after_pod_created_hook = get_pod_url = None
+
+    spawner = Spawner()
+    for name, value in traits.items():
+        setattr(spawner, name, value)
+    assert reflector_fields_ok(spawner) is shareable
