@@ -1011,18 +1011,18 @@ class ColocatingKubeSpawner(KubeSpawner):  # type: ignore[misc]  # KubeSpawner s
         that fails, which is rare, and not on every poll of every starting spawn."""
         decision = self._colocation_decision
         events = self.events
-        common: dict[str, Any] = dict(
-            pinned_node=decision.node if decision is not None else None,
-            now=datetime.now(timezone.utc),
-            unschedulable_grace_seconds=self.unschedulable_grace_seconds,
-            image_pull_grace_seconds=self.image_pull_grace_seconds,
-            detach_grace_seconds=self.detach_grace_seconds,
-            wants_gpu=self._requests_premium,
-            server_name=self.name or "",
-            pinned_holders=(
+        common: dict[str, Any] = {
+            "pinned_node": decision.node if decision is not None else None,
+            "now": datetime.now(timezone.utc),
+            "unschedulable_grace_seconds": self.unschedulable_grace_seconds,
+            "image_pull_grace_seconds": self.image_pull_grace_seconds,
+            "detach_grace_seconds": self.detach_grace_seconds,
+            "wants_gpu": self._requests_premium,
+            "server_name": self.name or "",
+            "pinned_holders": (
                 decision.holders if decision is not None and decision.pinned_by == "holders" else ()
             ),
-        )
+        }
         verdict = classify(events, **common)
         if verdict.action != FAIL:
             return verdict
