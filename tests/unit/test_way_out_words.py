@@ -2,6 +2,8 @@
 sentence a person reads (docs/decisions.md, "The way out"), and a guard that every outcome the
 handlers can end in has words of its own."""
 
+# ruff: noqa: E501 - each expected sentence stands on one line, as the person reads it
+
 from __future__ import annotations
 
 import html
