@@ -1595,6 +1595,96 @@ def api_no_answer(server: str, timeout: float) -> str:
 # the way out, taken (nebari_colocate.handlers)
 
 
+class OutcomeWords(NamedTuple):
+    """The sentence of one outcome, for the way out and for the move (templates: ``{started}``
+    the server to start, ``{stopped}`` / ``{Stopped}`` what was stopped, ``{them}`` it or them,
+    ``{because}`` " (detail)", ``{then}`` " detail", ``{seconds}``, ``{outcome}``)."""
+
+    way_out: str
+    move: str
+
+
+#: why the way out or the move stopped part-way: outcome (a label of
+#: ``nebari_colocate_way_out_total``, ``nebari_colocate.handlers.FAILURES``) -> its sentence
+OUTCOME_WORDS: dict[str, OutcomeWords] = {
+    "forbidden": OutcomeWords(
+        "You are not allowed to stop and start these servers.",
+        "You are not allowed to stop and start these servers.",
+    ),
+    "stale": OutcomeWords(
+        "Nothing was stopped: what blocks {started} has changed since it was refused "
+        "(a server started or stopped in between). Start {started} again to see what "
+        "blocks it now.",
+        "Nothing was stopped: {stopped} no longer keeps that node running alone (a server "
+        "started or stopped in between). Reload the home page to see what runs now.",
+    ),
+    "busy": OutcomeWords(
+        "Nothing was stopped: another way out of yours is under way. Wait for it to end, "
+        "then try again.",
+        "Nothing was stopped: another way out or move of yours is under way. Wait for it "
+        "to end, then try again.",
+    ),
+    "stop-failed": OutcomeWords(
+        "Stopping {stopped} did not finish{because}; {started} was not started. Stop them on "
+        "the home page, then start it again.",
+        "Stopping {stopped} did not finish{because}. Stop {them} on the home page, then "
+        "start again.",
+    ),
+    "release-timeout": OutcomeWords(
+        "{Stopped} stopped, but the home volume was not released within {seconds:g} s "
+        "(way_out_release_timeout); {started} was not started. Try starting it again in a "
+        "minute; if it keeps failing, an administrator can help.",
+        "{Stopped} stopped, but the home volume was not released within {seconds:g} s "
+        "(way_out_release_timeout). Start {them} again in a minute; if it keeps failing, an "
+        "administrator can help.",
+    ),
+    "start-failed": OutcomeWords(
+        "{Stopped} stopped, but {started} did not start.{then}",
+        "{Stopped} stopped, but did not start again.{then}",
+    ),
+}
+
+#: an outcome without words names itself
+UNWORDED_OUTCOME = OutcomeWords(
+    "The way out did not finish ({outcome}); {started} was not started.",
+    "The move did not finish ({outcome}).",
+)
+
+_OUTCOME_CLASS = OutcomeWords("colocate-way-out", "colocate-move")
+
+
+def outcome_text(
+    family: str,
+    outcome: str,
+    *,
+    stopped: Sequence[str] = (),
+    started: str = "",
+    display_names: Mapping[str, str] | None = None,
+    detail: str = "",
+    seconds: float = 0.0,
+) -> str:
+    """The sentence of ``outcome`` for ``family`` (``"way_out"`` or ``"move"``, a field of
+    :class:`OutcomeWords`), in plain text; ``stopped`` the servers stopped (or to stop)."""
+    names = _join([server_label(n, display_names) for n in stopped]) or "nothing"
+    template = getattr(OUTCOME_WORDS.get(outcome, UNWORDED_OUTCOME), family)
+    return str(template).format(
+        started=server_label(started, display_names),
+        stopped=names,
+        Stopped=names[:1].upper() + names[1:],
+        them="it" if len(stopped) == 1 else "them",
+        because=f" ({detail})" if detail else "",
+        then=f" {detail}" if detail else "",
+        seconds=seconds,
+        outcome=outcome,
+    )
+
+
+def outcome_html(family: str, text: str) -> str:
+    """An :func:`outcome_text` of ``family`` as the error page's HTML, escaped."""
+    css = getattr(_OUTCOME_CLASS, family)
+    return f'<div class="colocate-message {css}" style="text-align: left">{html.escape(text)}</div>'
+
+
 def way_out_failed(
     outcome: str,
     *,
@@ -1607,42 +1697,20 @@ def way_out_failed(
     """Why the way out stopped part-way (``outcome``, a label of
     ``nebari_colocate_way_out_total``), in plain text; ``detail`` is the refusal's own words for
     a start refused again."""
-    started = server_label(start, display_names)
-    stopped = _join([server_label(n, display_names) for n in stop]) or "nothing"
-    if outcome == "forbidden":
-        return "You are not allowed to stop and start these servers."
-    if outcome == "stale":
-        return (
-            f"Nothing was stopped: what blocks {started} has changed since it was refused "
-            f"(a server started or stopped in between). Start {started} again to see what "
-            "blocks it now."
-        )
-    if outcome == "busy":
-        return (
-            "Nothing was stopped: another way out of yours is under way. Wait for it to end, "
-            "then try again."
-        )
-    if outcome == "stop-failed":
-        return (
-            f"Stopping {stopped} did not finish{f' ({detail})' if detail else ''}; {started} "
-            "was not started. Stop them on the home page, then start it again."
-        )
-    if outcome == "release-timeout":
-        return (
-            f"{stopped[0].upper()}{stopped[1:]} stopped, but the home volume was not released "
-            f"within {seconds:g} s (way_out_release_timeout); {started} was not started. Try "
-            "starting it again in a minute; if it keeps failing, an administrator can help."
-        )
-    if outcome == "start-failed":
-        tail = f" {detail}" if detail else ""
-        return f"{stopped[0].upper()}{stopped[1:]} stopped, but {started} did not start.{tail}"
-    return f"The way out did not finish ({outcome}); {started} was not started."
+    return outcome_text(
+        "way_out",
+        outcome,
+        stopped=stop,
+        started=start,
+        display_names=display_names,
+        detail=detail,
+        seconds=seconds,
+    )
 
 
 def way_out_failed_html(outcome: str, **kwargs: Any) -> str:
     """:func:`way_out_failed` as HTML, escaped."""
-    text = html.escape(way_out_failed(outcome, **kwargs))
-    return f'<div class="colocate-message colocate-way-out" style="text-align: left">{text}</div>'
+    return outcome_html("way_out", way_out_failed(outcome, **kwargs))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -1709,41 +1777,19 @@ def move_failed(
 ) -> str:
     """Why a move off a premium node stopped part-way (``outcome``: a label of
     ``nebari_colocate_way_out_total``), in plain text."""
-    moved = _join([server_label(s, display_names) for s in servers]) or "nothing"
-    them = "it" if len(servers) == 1 else "them"
-    if outcome == "forbidden":
-        return "You are not allowed to stop and start these servers."
-    if outcome == "stale":
-        return (
-            f"Nothing was stopped: {moved} no longer keeps that node running alone (a server "
-            "started or stopped in between). Reload the home page to see what runs now."
-        )
-    if outcome == "busy":
-        return (
-            "Nothing was stopped: another way out or move of yours is under way. Wait for it "
-            "to end, then try again."
-        )
-    if outcome == "stop-failed":
-        return (
-            f"Stopping {moved} did not finish{f' ({detail})' if detail else ''}. Stop {them} on "
-            "the home page, then start again."
-        )
-    if outcome == "release-timeout":
-        return (
-            f"{moved[:1].upper()}{moved[1:]} stopped, but the home volume was not released "
-            f"within {seconds:g} s (way_out_release_timeout). Start {them} again in a minute; "
-            "if it keeps failing, an administrator can help."
-        )
-    if outcome == "start-failed":
-        tail = f" {detail}" if detail else ""
-        return f"{moved[:1].upper()}{moved[1:]} stopped, but did not start again.{tail}"
-    return f"The move did not finish ({outcome})."
+    return outcome_text(
+        "move",
+        outcome,
+        stopped=servers,
+        display_names=display_names,
+        detail=detail,
+        seconds=seconds,
+    )
 
 
 def move_failed_html(outcome: str, **kwargs: Any) -> str:
     """:func:`move_failed` as HTML, escaped."""
-    text = html.escape(move_failed(outcome, **kwargs))
-    return f'<div class="colocate-message colocate-move" style="text-align: left">{text}</div>'
+    return outcome_html("move", move_failed(outcome, **kwargs))
 
 
 # the way out, offered (the button on every page; nebari_colocate/templates)

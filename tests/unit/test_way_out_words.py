@@ -6,11 +6,13 @@ handlers can end in has words of its own."""
 
 from __future__ import annotations
 
+import ast
 import html
+import inspect
 
 import pytest
 
-from nebari_colocate import messages
+from nebari_colocate import handlers, messages
 
 NAMES = {"": "JupyterLab", "pandas-app": "Pandas App", "b": "B <b>"}
 SHAPES = {
@@ -353,3 +355,48 @@ def test_the_error_page_shows_the_same_words_escaped(family, outcome, shape, ext
     assert page == (
         f'<div class="colocate-message {css}" style="text-align: left">{html.escape(expect)}</div>'
     )
+
+
+# every outcome the handlers end in has words (as every reason and event code has)
+
+
+def _raised_outcomes() -> set[str]:
+    """The outcomes handlers.py ends a way out or a move with: the second argument (or
+    ``outcome=``) of every WayOutFailed / MoveFailed / ``_failed`` / ``failed`` it builds, and
+    what ``_start_failure`` returns."""
+    tree = ast.parse(inspect.getsource(handlers))
+    builders = {"WayOutFailed", "MoveFailed", "_failed", "failed"}
+    found: set[str] = set()
+    for call in ast.walk(tree):
+        if not isinstance(call, ast.Call):
+            continue
+        name = getattr(call.func, "id", None) or getattr(call.func, "attr", None)
+        if name not in builders:
+            continue
+        args = [*call.args[1:2], *(k.value for k in call.keywords if k.arg == "outcome")]
+        found |= {a.id for a in args if isinstance(a, ast.Name)}
+    start_failure = next(
+        f for f in ast.walk(tree) if isinstance(f, ast.FunctionDef) and f.name == "_start_failure"
+    )
+    for ret in ast.walk(start_failure):
+        if isinstance(ret, ast.Return) and isinstance(ret.value, ast.Tuple):
+            found |= {e.id for e in ret.value.elts if isinstance(e, ast.Name)}
+    return {getattr(handlers, name) for name in found}
+
+
+def test_the_guard_finds_every_outcome_the_handlers_end_in():
+    assert _raised_outcomes() == set(handlers.FAILURES)
+
+
+@pytest.mark.parametrize("outcome", handlers.FAILURES)
+@pytest.mark.parametrize("family", ["way_out", "move"])
+def test_every_outcome_that_ends_a_way_out_or_a_move_has_words_of_its_own(family, outcome):
+    assert outcome in messages.OUTCOME_WORDS, outcome
+    text = messages.outcome_text(family, outcome, stopped=["a"], detail="why", seconds=5)
+    assert text.strip() and f"({outcome})" not in text, text
+
+
+@pytest.mark.parametrize("family", ["way_out", "move"])
+def test_an_outcome_without_words_names_itself_rather_than_an_empty_sentence(family):
+    text = messages.outcome_text(family, "a-code-from-the-future", stopped=["a"])
+    assert "did not finish (a-code-from-the-future)" in text, text
