@@ -1130,6 +1130,86 @@ LEASE_TAKEN_OVER = {
 }
 
 
+#: why a move cannot go on (``migrate.MigrateError``): code -> sentence, filled by
+#: :func:`migrate_error` with the facts migrate.py names
+MIGRATE_ERRORS = {
+    "timed-out": "timed out after {timeout:g} s waiting for {what} (--timeout)",
+    "claim-not-found": "claim {namespace}/{claim} not found",
+    "no-home-claim": "no home claim for {name!r} in namespace {namespace} (give a username or a "
+    "claim name; home claims are those named {prefix}* or carrying the {annotation} annotation)",
+    "no-storage-class": "no target storage class: pass --storage-class (the class the hub "
+    "creates ReadWriteMany homes in, helm custom.storage-class)",
+    "storage-class-unread": "cannot read storage class {name} ({status}): not checked",
+    "gave-up-unmarked": "{problem} The move gave up: {claim} is unmarked and stays on its old "
+    "volume {volume}, so {user} can start servers again; fix that and apply again, or clear the "
+    "move with: {rollback}",
+    "gave-up-marked": "{problem} {claim} stays marked (its claim is being swapped to the new "
+    "volume, {user}'s servers are refused): apply again to finish, or put it back with: "
+    "{rollback}",
+    "class-switch-too-late": "{claim} is moving to storage class {recorded} (its copy is "
+    "verified, step {step}), not {asked}: finish it with {apply}, or reset the move with "
+    "{rollback} and apply again",
+    "claim-gone-before-copy": "claim {namespace}/{claim} is gone before its copy was made",
+    "claim-moved-before-retain": "claim {namespace}/{claim} is on volume {on_volume}, not on "
+    "{recorded} where this move started: nothing is changed; see migrate status, and put it "
+    "back with: {rollback}",
+    "volume-unreadable": "claim {namespace}/{claim}: its volume {volume} is not readable",
+    "no-storage-class-for": "no target storage class for {claim}: pass --storage-class",
+    "claim-moved-before-mark": "claim {namespace}/{claim} is on volume {on_volume}, not on "
+    "{volume} where this move started: nothing is marked; see migrate status",
+    "temporary-not-ours": "claim {namespace}/{temporary} exists and is not this move's",
+    "copy-pod-gone": "the copy pod {pod} disappeared",
+    "copy-pod-unscheduled": "the copy pod {namespace}/{pod} is not scheduled after {timeout:g} s "
+    "(--timeout) ({why}): is the new claim {pod} bound (kubectl describe pvc {pod})?",
+    "copy-running": "the copy pod {namespace}/{pod} did not finish within {timeout:g} s "
+    "(--copy-timeout); it keeps running and {claim} stays marked: apply again to wait for it, "
+    "or stop the move with: {rollback}",
+    "temporary-not-bound": "claim {namespace}/{temporary} holds the copy but is not bound",
+    "no-target-volume": "volume {volume} records no target volume for {claim}",
+    "target-volume-gone": "volume {new_volume}, the copy of {claim}, is gone; roll back",
+    "claim-recreated": "claim {namespace}/{claim} was recreated meanwhile (bound to "
+    "{on_volume}), not by this move: both volumes ({volume}, {new_volume}) are retained; see "
+    "docs/migrate.md",
+    "step-after-last": "the move of {claim} is at step {at_step} after its last step",
+    "claim-not-on-old": "claim {namespace}/{claim} is on volume {on_volume}, not bound to "
+    "{volume}: {volume} stays Retain and the move stays recorded; roll back again",
+    "lease-lost": "the lease {namespace}/{lease} of {claim} was taken over{by} while this run "
+    "waited: it stops here and changes nothing more",
+}
+
+#: a fact that may be missing (None or ""), and what a sentence says in its place
+_MIGRATE_MISSING = {"on_volume": "nothing", "at_step": "none", "why": "no reason given"}
+
+
+def as_sentence(problem: object) -> str:
+    """``problem``'s words ending in a full stop (or ``?``, ``!``)."""
+    text = str(problem).rstrip()
+    return text if text.endswith((".", "?", "!")) else f"{text}."
+
+
+def migrate_error(code: str, **facts: Any) -> str:
+    """The sentence of ``MIGRATE_ERRORS[code]`` with ``facts``: ``why`` a list of reasons,
+    ``holder`` the lease's holder (or None), ``problem`` an earlier error; a code without words
+    names itself."""
+    values = dict(facts)
+    if "why" in values:
+        values["why"] = "; ".join(values["why"])
+    if "holder" in values:
+        values["by"] = f" by {values['holder']}" if values["holder"] else ""
+    if "problem" in values:
+        values["problem"] = as_sentence(values["problem"])
+    for key, missing in _MIGRATE_MISSING.items():
+        if key in values and not values[key]:
+            values[key] = missing
+    return MIGRATE_ERRORS.get(code, "{code}").format(code=code, **values)
+
+
+def migrate_command(verb: str, user: str, namespace: str, storage_class: str | None = None) -> str:
+    """The command an operator runs next (shown in problems and refusals)."""
+    command = f"nebari-colocate migrate {verb} {user} -n {namespace}"
+    return command + (f" --storage-class {storage_class}" if storage_class else "")
+
+
 def _fill(template: str, row: Obj) -> str:
     values = {k: ("-" if v is None else v) for k, v in row.items()}
     for key in ("running", "problems"):
