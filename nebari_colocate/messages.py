@@ -1661,6 +1661,22 @@ def api_refused(status: object, what: str, *, reason: str = "", hint: str = ROLE
     return f"the API server answered {status} {reason} to {what}"
 
 
+#: why the command has no API client (``kubeapi.ConnectError.problem``): the kubeconfig
+#: ``paths`` looked at and the ``cause`` in one line
+CONNECT_PROBLEMS = {
+    "no-kubeconfig": "no kubeconfig: {paths} does not exist (pass --kubeconfig or set KUBECONFIG)",
+    "bad-kubeconfig": "kubeconfig {paths}: cannot use it: {cause}",
+    "bad-service-account": "no kubeconfig at {paths}, and the pod's service account cannot be "
+    "used: {cause}",
+}
+
+
+def connect_failed(problem: str, paths: str, cause: str = "") -> str:
+    """Why the command could not connect (any other problem reads as no kubeconfig)."""
+    template = CONNECT_PROBLEMS.get(problem, CONNECT_PROBLEMS["no-kubeconfig"])
+    return template.format(paths=paths, cause=cause)
+
+
 def api_unreachable(server: str, source: str, error: str) -> str:
     """The command could not reach the API server at ``server`` (from ``source``)."""
     return f"cannot reach the Kubernetes API at {server} ({source}): {error}"
