@@ -42,7 +42,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, ClassVar
 
 from jupyterhub.handlers import BaseHandler
-from jupyterhub.utils import url_escape_path, url_path_join
+from jupyterhub.utils import exponential_backoff, url_escape_path, url_path_join
 from tornado import web
 from tornado.log import app_log
 from traitlets.config import Config
@@ -254,18 +254,31 @@ async def _released(
     deadline: float,
 ) -> bool:
     """Wait until the stop of ``stopped`` has released ``claims`` (:func:`home_released`);
-    False at ``deadline``."""
-    while not home_released(
-        spawner.home_pods(claims),
-        spawner.home_attached_nodes(claims),
-        claims=claims,
-        stopped=stopped,
-        all_holders=all_holders,
-        node=node,
-    ):
-        if time.monotonic() >= deadline:
-            return False
-        await asyncio.sleep(POLL_SECONDS)
+    False at ``deadline``.  JupyterHub's ``exponential_backoff`` (the same in 5.5 and 6.x),
+    without deadline jitter and at most ``POLL_SECONDS`` between looks: the view is cheap to
+    read and a start waits on it."""
+
+    def released() -> bool:
+        return home_released(
+            spawner.home_pods(claims),
+            spawner.home_attached_nodes(claims),
+            claims=claims,
+            stopped=stopped,
+            all_holders=all_holders,
+            node=node,
+        )
+
+    try:
+        await exponential_backoff(
+            released,
+            "the home was not released",
+            start_wait=POLL_SECONDS,
+            max_wait=POLL_SECONDS,
+            timeout=deadline - time.monotonic(),
+            timeout_tolerance=0,
+        )
+    except asyncio.TimeoutError:
+        return False
     return True
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import ast
 import html
 import inspect
+import time
 
 import pytest
 
@@ -400,3 +401,51 @@ def test_every_outcome_that_ends_a_way_out_or_a_move_has_words_of_its_own(family
 def test_an_outcome_without_words_names_itself_rather_than_an_empty_sentence(family):
     text = messages.outcome_text(family, "a-code-from-the-future", stopped=["a"])
     assert "did not finish (a-code-from-the-future)" in text, text
+
+
+# the wait for the release (JupyterHub's exponential_backoff): True once released, False at the
+# deadline, the deadline kept
+
+
+class _Attachments:
+    """What ``_released`` reads of a spawner: its live view's attachments of the home, the
+    volume still attached to cpu-1 for the first ``attached_reads`` reads."""
+
+    def __init__(self, attached_reads: int) -> None:
+        self.left = attached_reads
+        self.reads = 0
+
+    def home_pods(self, claims):
+        return []
+
+    def home_attached_nodes(self, claims):
+        self.reads += 1
+        self.left -= 1
+        return {"cpu-1"} if self.left >= 0 else set()
+
+
+async def _released(view: _Attachments, seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    return await handlers._released(
+        view, ["claim-alice"], ["app"], all_holders=True, node="cpu-1", deadline=deadline
+    )
+
+
+async def test_the_wait_for_the_release_ends_once_the_volume_is_detached():
+    view = _Attachments(attached_reads=3)
+    assert await _released(view, 30) is True
+    assert view.reads == 4
+
+
+async def test_the_wait_for_the_release_gives_up_at_the_deadline():
+    view = _Attachments(attached_reads=10**6)
+    assert await _released(view, 0.3) is False
+    assert view.reads >= 1
+
+
+async def test_a_deadline_already_past_still_looks_once():
+    view = _Attachments(attached_reads=0)
+    assert await _released(view, -1) is True
+    view = _Attachments(attached_reads=1)
+    assert await _released(view, -1) is False
+    assert view.reads == 1
