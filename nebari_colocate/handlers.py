@@ -37,8 +37,9 @@ so tests and benchmarks run exactly them with spawners of their own.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import Any, ClassVar
 
 from jupyterhub.handlers import BaseHandler
@@ -124,13 +125,7 @@ async def take_way_out(
     release; then start ``spawner``'s server with its stored options.  WayOutFailed (not yet
     counted) if any step ends it."""
     stop = tuple(stop)
-    locks = getattr(type(spawner), "_colocation_locks", None)
-    if locks is None or not hasattr(spawner, "home_pods"):
-        raise WayOutFailed(409, STALE, **words)
-    username = spawner.user.name
-    if not await locks.acquire(username, spawner.k8s_api_request_retry_timeout):
-        raise WayOutFailed(409, BUSY, **words)
-    try:
+    async with _user_lock(spawner, "home_pods", WayOutFailed, words):
         blockers = _recheck(spawner, stop, is_running, words)
         deadline = time.monotonic() + spawner.way_out_release_timeout
         await _stop_all(stop, stop_server, deadline, lambda **kw: WayOutFailed(**kw, **words))
@@ -146,8 +141,6 @@ async def take_way_out(
             raise WayOutFailed(
                 504, RELEASE_TIMEOUT, **words, seconds=spawner.way_out_release_timeout
             )
-    finally:
-        locks.release(username)
     try:
         await start_server(_options(spawner))
     except Exception as exc:
@@ -173,13 +166,7 @@ async def move_off_premium(
     ``spawner_of(name)`` is asked again for the start: JupyterHub drops a stopped server's
     Spawner object (``User.stop``) and makes a new one for its next start."""
     servers = tuple(sorted(set(servers)))
-    locks = getattr(type(spawner), "_colocation_locks", None)
-    if locks is None or not hasattr(spawner, "premium_rides"):
-        raise MoveFailed(409, STALE, **words)
-    username = spawner.user.name
-    if not await locks.acquire(username, spawner.k8s_api_request_retry_timeout):
-        raise MoveFailed(409, BUSY, **words)
-    try:
+    async with _user_lock(spawner, "premium_rides", MoveFailed, words):
         ride = next((r for r in spawner.premium_rides() if r.node == node), None)
         if ride is None or ride.servers != servers:
             raise MoveFailed(409, STALE, **words)
@@ -192,8 +179,6 @@ async def move_off_premium(
             spawner, claims, servers, all_holders=True, node=node, deadline=deadline
         ):
             raise MoveFailed(504, RELEASE_TIMEOUT, **words, seconds=spawner.way_out_release_timeout)
-    finally:
-        locks.release(username)
     for name in servers:
         target = spawner_of(name)
         target.colocation_move_off = avoid
@@ -202,6 +187,25 @@ async def move_off_premium(
         except Exception as exc:
             target.colocation_move_off = ()
             raise MoveFailed(*_start_failure(exc), **words, detail=_start_detail(exc)) from exc
+
+
+@contextlib.asynccontextmanager
+async def _user_lock(
+    spawner: Any, needs: str, failure: type[_StepFailed], words: dict[str, Any]
+) -> AsyncIterator[None]:
+    """Hold the user's per-user lock (the spawner's) for the steps under it: 409 stale when
+    ``spawner`` is not one of ours (no lock table, or no method ``needs``), 409 busy when the
+    lock is not had within ``k8s_api_request_retry_timeout``."""
+    locks = getattr(type(spawner), "_colocation_locks", None)
+    if locks is None or not hasattr(spawner, needs):
+        raise failure(409, STALE, **words)
+    username = spawner.user.name
+    if not await locks.acquire(username, spawner.k8s_api_request_retry_timeout):
+        raise failure(409, BUSY, **words)
+    try:
+        yield
+    finally:
+        locks.release(username)
 
 
 def _recheck(

@@ -363,10 +363,11 @@ def test_the_error_page_shows_the_same_words_escaped(family, outcome, shape, ext
 
 def _raised_outcomes() -> set[str]:
     """The outcomes handlers.py ends a way out or a move with: the second argument (or
-    ``outcome=``) of every WayOutFailed / MoveFailed / ``_failed`` / ``failed`` it builds, and
+    ``outcome=``) of every WayOutFailed / MoveFailed / ``_failed`` / ``failed`` / ``failure`` it
+    builds, and
     what ``_start_failure`` returns."""
     tree = ast.parse(inspect.getsource(handlers))
-    builders = {"WayOutFailed", "MoveFailed", "_failed", "failed"}
+    builders = {"WayOutFailed", "MoveFailed", "_failed", "failed", "failure"}
     found: set[str] = set()
     for call in ast.walk(tree):
         if not isinstance(call, ast.Call):
@@ -375,7 +376,7 @@ def _raised_outcomes() -> set[str]:
         if name not in builders:
             continue
         args = [*call.args[1:2], *(k.value for k in call.keywords if k.arg == "outcome")]
-        found |= {a.id for a in args if isinstance(a, ast.Name)}
+        found |= {a.id for a in args if isinstance(a, ast.Name) and a.id.isupper()}
     start_failure = next(
         f for f in ast.walk(tree) if isinstance(f, ast.FunctionDef) and f.name == "_start_failure"
     )
