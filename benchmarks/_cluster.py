@@ -9,15 +9,18 @@ as ``python -m benchmarks.<name>``.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import platform
 import re
 import ssl
 import subprocess
+import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterable, Iterator, Mapping
 from pathlib import Path
+from typing import Any
 
 from tests.support import helpers, spawning
 from tests.support.controlplane import CONTROLLERS, ControlPlane
@@ -29,16 +32,30 @@ TESTS_DIR = ROOT / "tests"
 BUILD_SCRIPT = TESTS_DIR / "kube" / "build.sh"
 FROZEN_STATE_CONTROLLERS = tuple(c for c in CONTROLLERS if c != "attachdetach")
 
+#: zero-to-jupyterhub's default ``singleuser.startTimeout``: what stock KubeSpawner waits
+Z2JH_START_TIMEOUT = 300
+GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+#: a GPU profile as z2jh profiles write it (limits only: requests stay empty)
+GPU_PROFILE = {"tolerations": [GPU_TOLERATION], "extra_resource_limits": {"nvidia.com/gpu": "1"}}
+
 __all__ = [
+    "GPU_PROFILE",
+    "GPU_TOLERATION",
+    "Z2JH_START_TIMEOUT",
     "ControlPlane",
+    "SpawnerRun",
+    "admin",
     "admin_client",
     "apiserver_request_totals",
     "bin_dir",
     "control_plane",
     "diff_totals",
+    "gone_after",
     "helpers",
+    "karpenter_cluster",
     "machine",
     "make_spawner",
+    "pod_node",
     "stop_reflectors",
     "use_credentials",
 ]
@@ -82,6 +99,100 @@ async def admin_client(cp: ControlPlane):
     from kubernetes_asyncio import config
 
     return await config.new_client_from_config(config_file=cp.kubeconfig, persist_config=False)
+
+
+@contextlib.asynccontextmanager
+async def admin(cp: ControlPlane) -> AsyncIterator[Any]:
+    """:func:`admin_client`, closed on exit."""
+    client = await admin_client(cp)
+    try:
+        yield client
+    finally:
+        await client.close()
+
+
+@contextlib.asynccontextmanager
+async def karpenter_cluster() -> AsyncIterator[ControlPlane]:
+    """The whole cluster of the cluster tests (:func:`control_plane` with kwok) plus Karpenter
+    with its kwok cloud provider (``tests.support.autoscaler``), both stopped on exit; spawners
+    made inside use its credentials."""
+    from tests.support.autoscaler import Autoscaler
+
+    with control_plane(kubelet_stub=True) as cp:
+        karpenter = Autoscaler(bin_dir(), cp).start()
+        try:
+            await use_credentials(cp.kubeconfig)
+            yield cp
+        finally:
+            karpenter.stop()
+
+
+async def pod_node(cp: ControlPlane, namespace: str, pod_name: str) -> str:
+    """The node pod ``namespace/pod_name`` is bound to."""
+    from kubernetes_asyncio import client
+
+    async with admin(cp) as api:
+        pod = await client.CoreV1Api(api).read_namespaced_pod(pod_name, namespace)
+        return str(pod.spec.node_name)
+
+
+async def gone_after(
+    cp: ControlPlane, nodes: Mapping[str, str], since: float, window: float
+) -> dict[str, float]:
+    """For each key of ``nodes`` (key -> the name of a node of Karpenter's ``gpu`` pool), the
+    seconds after ``since`` (``time.perf_counter()``) at which the node was gone; ``window``
+    for a node still there when the window ends."""
+    from tests.support.autoscaler import karpenter_nodes
+
+    alive = dict.fromkeys(nodes, window)
+    async with admin(cp) as api:
+        while time.perf_counter() - since < window:
+            names = {n["metadata"]["name"] for n in await karpenter_nodes(api, "gpu")}
+            for which, node in nodes.items():
+                if node not in names and alive[which] == window:
+                    alive[which] = time.perf_counter() - since
+            if all(v < window for v in alive.values()):
+                break
+            await asyncio.sleep(0.5)
+    return alive
+
+
+class SpawnerRun:
+    """The spawners and namespaces a benchmark run made, stopped and forgotten by :meth:`close`."""
+
+    def __init__(self, cp: ControlPlane) -> None:
+        self.cp = cp
+        self.spawners: list[Any] = []
+        self.namespaces: list[str] = []
+
+    def keep(self, spawner: Any) -> Any:
+        """``spawner``, stopped at :meth:`close`."""
+        self.spawners.append(spawner)
+        return spawner
+
+    async def namespace(
+        self, name: str, access_modes: Iterable[str] = ("ReadWriteOnce",), *, clear: bool = False
+    ) -> str:
+        """A new namespace ``name`` with alice's home ``claim-alice``, bound; with ``clear``,
+        first an empty cluster (Karpenter removes every node)."""
+        from kubernetes_asyncio import client
+
+        from tests.support.autoscaler import clear_nodes
+
+        async with admin(self.cp) as api:
+            if clear:
+                await clear_nodes(api, timeout=180)
+            await client.CoreV1Api(api).create_namespace({"metadata": {"name": name}})
+            await helpers.create_bound_claim(api, name, "claim-alice", tuple(access_modes))
+        self.namespaces.append(name)
+        return name
+
+    async def close(self) -> None:
+        for spawner in self.spawners:
+            with contextlib.suppress(Exception):
+                await spawner.stop(now=True)
+        for namespace in self.namespaces:
+            await stop_reflectors(namespace)
 
 
 # --------------------------------------------------------------------------------------------------

@@ -36,12 +36,10 @@ import sys
 import time
 
 from benchmarks import _cluster
-from tests.support.autoscaler import DO_NOT_DISRUPT, Autoscaler, clear_nodes, karpenter_nodes
+from benchmarks._cluster import GPU_PROFILE, GPU_TOLERATION, Z2JH_START_TIMEOUT
+from tests.support.autoscaler import DO_NOT_DISRUPT, clear_nodes
 from tests.support.spawning import legacy_affinity
 
-Z2JH_START_TIMEOUT = 300
-GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
-GPU_PROFILE = {"tolerations": [GPU_TOLERATION], "extra_resource_limits": {"nvidia.com/gpu": "1"}}
 START_TIMEOUT = 90  # a first server waits for Karpenter's node
 
 # mode -> (first server's traits or None, second server's traits, ours' extra traits)
@@ -56,24 +54,10 @@ MODES = {
 }
 
 
-class Run:
+class Run(_cluster.SpawnerRun):
     def __init__(self, cp, stock_timeout: float):
-        self.cp = cp
+        super().__init__(cp)
         self.stock_timeout = stock_timeout
-        self.spawners: list = []
-        self.namespaces: list[str] = []
-
-    async def namespace(self, name: str, access_modes=("ReadWriteOnce",)) -> str:
-        from kubernetes_asyncio import client
-
-        admin = await _cluster.admin_client(self.cp)
-        try:
-            await client.CoreV1Api(admin).create_namespace({"metadata": {"name": name}})
-            await _cluster.helpers.create_bound_claim(admin, name, "claim-alice", access_modes)
-        finally:
-            await admin.close()
-        self.namespaces.append(name)
-        return name
 
     def spawner(self, which: str, namespace: str, server: str, traits: dict, ours: dict):
         from kubespawner import KubeSpawner
@@ -84,9 +68,7 @@ class Run:
             cls, extra = KubeSpawner, legacy_affinity("alice")
         else:
             cls, extra = ColocatingKubeSpawner, ours
-        spawner = _cluster.make_spawner(cls, namespace, "alice", server, **traits, **extra)
-        self.spawners.append(spawner)
-        return spawner
+        return self.keep(_cluster.make_spawner(cls, namespace, "alice", server, **traits, **extra))
 
     async def verdict(self, mode: str, which: str) -> tuple[str, float, str]:
         """(outcome, seconds, what the user is told) of the second server's spawn."""
@@ -129,67 +111,32 @@ class Run:
             app = self.spawner(which, namespace, "app", app_traits, ours)
             with contextlib.suppress(Exception):  # ours refuses it (premium-node)
                 await app.start()
-            admin = await _cluster.admin_client(self.cp)
-            try:
-                from kubernetes_asyncio import client
-
-                pod = await client.CoreV1Api(admin).read_namespaced_pod(lab.pod_name, namespace)
-                gpu_nodes[which] = pod.spec.node_name
-            finally:
-                await admin.close()
+            gpu_nodes[which] = await _cluster.pod_node(self.cp, namespace, lab.pod_name)
             labs[which] = lab
         await asyncio.gather(*(lab.stop(now=True) for lab in labs.values()))
         stopped = time.perf_counter()
-        alive = dict.fromkeys(gpu_nodes, window)
-        admin = await _cluster.admin_client(self.cp)
-        try:
-            while time.perf_counter() - stopped < window:
-                names = {n["metadata"]["name"] for n in await karpenter_nodes(admin, "gpu")}
-                for which, node in gpu_nodes.items():
-                    if node not in names and alive[which] == window:
-                        alive[which] = time.perf_counter() - stopped
-                if all(v < window for v in alive.values()):
-                    break
-                await asyncio.sleep(0.5)
-        finally:
-            await admin.close()
-        return alive
-
-    async def close(self) -> None:
-        for spawner in self.spawners:
-            with contextlib.suppress(Exception):
-                await spawner.stop(now=True)
-        for namespace in self.namespaces:
-            await _cluster.stop_reflectors(namespace)
+        return await _cluster.gone_after(self.cp, gpu_nodes, stopped, window)
 
 
 async def main_async(args) -> None:
     results: dict[str, dict[str, tuple[str, float, str]]] = {}
     started = time.perf_counter()
-    with _cluster.control_plane(kubelet_stub=True) as cp:
-        karpenter = Autoscaler(_cluster.bin_dir(), cp).start()
+    async with _cluster.karpenter_cluster() as cp:
+        run = Run(cp, args.stock_timeout)
         try:
-            await _cluster.use_credentials(cp.kubeconfig)
-            run = Run(cp, args.stock_timeout)
-            try:
-                for mode in MODES:
-                    results[mode] = {w: await run.verdict(mode, w) for w in ("stock", "ours")}
-            finally:
-                await run.close()
-            # An empty cluster again: consolidating the earlier modes' nodes would compete with
-            # the GPU nodes below for Karpenter's disruption budget (10 % of the nodes).
-            admin = await _cluster.admin_client(cp)
-            try:
-                await clear_nodes(admin, timeout=120)
-            finally:
-                await admin.close()
-            run = Run(cp, args.stock_timeout)
-            try:
-                alive = await run.gpu_node_kept_alive(args.window)
-            finally:
-                await run.close()
+            for mode in MODES:
+                results[mode] = {w: await run.verdict(mode, w) for w in ("stock", "ours")}
         finally:
-            karpenter.stop()
+            await run.close()
+        # An empty cluster again: consolidating the earlier modes' nodes would compete with
+        # the GPU nodes below for Karpenter's disruption budget (10 % of the nodes).
+        async with _cluster.admin(cp) as admin:
+            await clear_nodes(admin, timeout=120)
+        run = Run(cp, args.stock_timeout)
+        try:
+            alive = await run.gpu_node_kept_alive(args.window)
+        finally:
+            await run.close()
 
     print(f"machine: {_cluster.machine()}")
     print(

@@ -46,22 +46,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import sys
 import time
 
 from benchmarks import _cluster
-from tests.support.autoscaler import (
-    DO_NOT_DISRUPT,
-    NODEPOOL_LABEL,
-    Autoscaler,
-    clear_nodes,
-    karpenter_nodes,
-)
+from benchmarks._cluster import GPU_PROFILE, GPU_TOLERATION, Z2JH_START_TIMEOUT
+from tests.support.autoscaler import DO_NOT_DISRUPT, NODEPOOL_LABEL, clear_nodes
 
-Z2JH_START_TIMEOUT = 300
-GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
-GPU_PROFILE = {"tolerations": [GPU_TOLERATION], "extra_resource_limits": {"nvidia.com/gpu": "1"}}
 START_TIMEOUT = 90  # a server waits for Karpenter's node
 OURS = {"start_timeout": START_TIMEOUT, "way_out_release_timeout": 120}
 PROTECTED = {"extra_annotations": {DO_NOT_DISRUPT: "true"}}
@@ -73,12 +64,10 @@ CASES = {
 }
 
 
-class Run:
+class Run(_cluster.SpawnerRun):
     def __init__(self, cp, retry_every: float):
-        self.cp = cp
+        super().__init__(cp)
         self.retry_every = retry_every
-        self.spawners: list = []
-        self.namespaces: list[str] = []
         self.notes: list[str] = []
 
     def note(self, text: str) -> None:
@@ -89,20 +78,7 @@ class Run:
     async def fresh(self, name: str, *, clear: bool = True) -> str:
         """A namespace with alice's home; with ``clear``, first an empty cluster (Karpenter
         removes every node)."""
-        from kubernetes_asyncio import client
-
-        admin = await _cluster.admin_client(self.cp)
-        try:
-            if clear:
-                await clear_nodes(admin, timeout=180)
-            await client.CoreV1Api(admin).create_namespace({"metadata": {"name": name}})
-            await _cluster.helpers.create_bound_claim(
-                admin, name, "claim-alice", ("ReadWriteOnce",)
-            )
-        finally:
-            await admin.close()
-        self.namespaces.append(name)
-        return name
+        return await self.namespace(name, clear=clear)
 
     def spawner(self, namespace: str, server: str, **traits):
         from nebari_colocate import ColocatingKubeSpawner
@@ -110,20 +86,15 @@ class Run:
         spawner = _cluster.make_spawner(
             ColocatingKubeSpawner, namespace, "alice", server, **OURS, **traits
         )
-        self.spawners.append(spawner)
-        return spawner
+        return self.keep(spawner)
 
     async def pool_of(self, namespace: str, pod_name: str) -> str:
         from kubernetes_asyncio import client
 
-        admin = await _cluster.admin_client(self.cp)
-        try:
-            core = client.CoreV1Api(admin)
-            pod = await core.read_namespaced_pod(pod_name, namespace)
-            node = await core.read_node(pod.spec.node_name)
+        node_name = await _cluster.pod_node(self.cp, namespace, pod_name)
+        async with _cluster.admin(self.cp) as admin:
+            node = await client.CoreV1Api(admin).read_node(node_name)
             return str((node.metadata.labels or {}).get(NODEPOOL_LABEL))
-        finally:
-            await admin.close()
 
     async def blocked(self, case: str, how: str):
         """The case's running server and the refused one (refused once, as the person saw)."""
@@ -198,11 +169,8 @@ class Run:
         """(moved, kept): GPU node-seconds after the lab stops, side by side."""
         from nebari_colocate.handlers import move_off_premium
 
-        admin = await _cluster.admin_client(self.cp)
-        try:
+        async with _cluster.admin(self.cp) as admin:
             await clear_nodes(admin, timeout=180)
-        finally:
-            await admin.close()
         setups = {}
         for which in ("moved", "kept"):
             namespace = await self.fresh(f"wo-node-{which}", clear=False)
@@ -212,14 +180,7 @@ class Run:
                 namespace, "app", cpu_guarantee=0.5, tolerations=[GPU_TOLERATION], **PROTECTED
             )
             await app.start()
-            admin = await _cluster.admin_client(self.cp)
-            try:
-                from kubernetes_asyncio import client
-
-                pod = await client.CoreV1Api(admin).read_namespaced_pod(app.pod_name, namespace)
-                setups[which] = (lab, app, pod.spec.node_name)
-            finally:
-                await admin.close()
+            setups[which] = (lab, app, await _cluster.pod_node(self.cp, namespace, app.pod_name))
         if setups["moved"][2] == setups["kept"][2]:
             raise SystemExit("both users' apps on one GPU node: the figures would mix")
         await asyncio.gather(*(lab.stop(now=True) for lab, _, _ in setups.values()))
@@ -247,46 +208,23 @@ class Run:
         moved_at = time.perf_counter() - stopped
         pool = await self.pool_of(app.namespace, app.pod_name)
         self.note(f"move: app running on a {pool} node {moved_at:.1f} s after the lab")
-        alive = dict.fromkeys(setups, window)
-        admin = await _cluster.admin_client(self.cp)
-        try:
-            while time.perf_counter() - stopped < window:
-                names = {n["metadata"]["name"] for n in await karpenter_nodes(admin, "gpu")}
-                for which, (_, _, node) in setups.items():
-                    if node not in names and alive[which] == window:
-                        alive[which] = time.perf_counter() - stopped
-                if all(v < window for v in alive.values()):
-                    break
-                await asyncio.sleep(0.5)
-        finally:
-            await admin.close()
+        nodes = {which: node for which, (_, _, node) in setups.items()}
+        alive = await _cluster.gone_after(self.cp, nodes, stopped, window)
         return alive["moved"], alive["kept"]
-
-    async def close(self) -> None:
-        for spawner in self.spawners:
-            with contextlib.suppress(Exception):
-                await spawner.stop(now=True)
-        for namespace in self.namespaces:
-            await _cluster.stop_reflectors(namespace)
 
 
 async def main_async(args) -> None:
     started = time.perf_counter()
     with open("/proc/loadavg") as f:
         load_before = " ".join(f.read().split()[:3])
-    with _cluster.control_plane(kubelet_stub=True) as cp:
-        karpenter = Autoscaler(_cluster.bin_dir(), cp).start()
+    async with _cluster.karpenter_cluster() as cp:
+        run = Run(cp, args.retry_every)
         try:
-            await _cluster.use_credentials(cp.kubeconfig)
-            run = Run(cp, args.retry_every)
-            try:
-                click = {case: await run.way_out(case) for case in CASES}
-                manual = {case: await run.manual(case) for case in CASES}
-                moved, kept = await run.gpu_node_seconds(args.window)
-            finally:
-                await run.close()
+            click = {case: await run.way_out(case) for case in CASES}
+            manual = {case: await run.manual(case) for case in CASES}
+            moved, kept = await run.gpu_node_seconds(args.window)
         finally:
-            karpenter.stop()
+            await run.close()
     with open("/proc/loadavg") as f:
         load_after = " ".join(f.read().split()[:3])
 

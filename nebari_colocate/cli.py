@@ -273,21 +273,8 @@ async def connect(kubeconfig: str | None, context: str | None) -> kubeapi.Connec
     try:
         return await kubeapi.connect(kubeconfig, context)
     except kubeapi.ConnectError as exc:
-        paths = exc.paths
-        if exc.problem == kubeapi.BAD_KUBECONFIG:
-            assert exc.cause is not None
-            raise ClusterError(
-                f"kubeconfig {paths}: cannot use it: {_one_line(exc.cause)}"
-            ) from None
-        if exc.problem == kubeapi.BAD_SERVICE_ACCOUNT:
-            assert exc.cause is not None
-            raise ClusterError(
-                f"no kubeconfig at {paths}, and the pod's service account cannot be used: "
-                f"{_one_line(exc.cause)}"
-            ) from None
-        raise ClusterError(
-            f"no kubeconfig: {paths} does not exist (pass --kubeconfig or set KUBECONFIG)"
-        ) from None
+        cause = "" if exc.cause is None else _one_line(exc.cause)
+        raise ClusterError(messages.connect_failed(exc.problem, exc.paths, cause)) from None
 
 
 def _api_error(exc: BaseException, what: str, hint: str = messages.ROLE_HINT) -> ClusterError:

@@ -37,12 +37,13 @@ so tests and benchmarks run exactly them with spawners of their own.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import Any, ClassVar
 
 from jupyterhub.handlers import BaseHandler
-from jupyterhub.utils import url_escape_path, url_path_join
+from jupyterhub.utils import exponential_backoff, url_escape_path, url_path_join
 from tornado import web
 from tornado.log import app_log
 from traitlets.config import Config
@@ -68,26 +69,42 @@ StopServer = Callable[[str], Awaitable[None]]
 POLL_SECONDS = 0.5
 
 
-class WayOutFailed(web.HTTPError):
+#: the outcomes that end a way out or a move before its start; each has its words
+#: (``messages.OUTCOME_WORDS``)
+FAILURES = (FORBIDDEN, STALE, BUSY, STOP_FAILED, RELEASE_TIMEOUT, START_FAILED)
+
+
+class _StepFailed(web.HTTPError):
+    """A way out or a move that ended part-way, with the words JupyterHub's error page shows."""
+
+    #: what ended, for the log line
+    what: ClassVar[str]
+    #: the words: plain text and HTML (``messages``), called with the outcome and the words
+    text: ClassVar[Callable[..., str]]
+    page: ClassVar[Callable[..., str]]
+
+    def __init__(self, status: int, outcome: str, **words: Any) -> None:
+        message = self.text(outcome, **words)
+        super().__init__(status, f"{self.what} %s: %s", outcome, message, reason=outcome)
+        self.outcome = outcome
+        self.jupyterhub_message = message
+        self.jupyterhub_html_message = self.page(outcome, **words)
+
+
+class WayOutFailed(_StepFailed):
     """A way out that ended before the start, with the words JupyterHub's error page shows."""
 
-    def __init__(self, status: int, outcome: str, **words: Any) -> None:
-        message = messages.way_out_failed(outcome, **words)
-        super().__init__(status, "way out %s: %s", outcome, message, reason=outcome)
-        self.outcome = outcome
-        self.jupyterhub_message = message
-        self.jupyterhub_html_message = messages.way_out_failed_html(outcome, **words)
+    what = "way out"
+    text = staticmethod(messages.way_out_failed)
+    page = staticmethod(messages.way_out_failed_html)
 
 
-class MoveFailed(web.HTTPError):
+class MoveFailed(_StepFailed):
     """A move off a premium node that ended part-way, with the words of its error page."""
 
-    def __init__(self, status: int, outcome: str, **words: Any) -> None:
-        message = messages.move_failed(outcome, **words)
-        super().__init__(status, "move %s: %s", outcome, message, reason=outcome)
-        self.outcome = outcome
-        self.jupyterhub_message = message
-        self.jupyterhub_html_message = messages.move_failed_html(outcome, **words)
+    what = "move"
+    text = staticmethod(messages.move_failed)
+    page = staticmethod(messages.move_failed_html)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -108,13 +125,7 @@ async def take_way_out(
     release; then start ``spawner``'s server with its stored options.  WayOutFailed (not yet
     counted) if any step ends it."""
     stop = tuple(stop)
-    locks = getattr(type(spawner), "_colocation_locks", None)
-    if locks is None or not hasattr(spawner, "home_pods"):
-        raise WayOutFailed(409, STALE, **words)
-    username = spawner.user.name
-    if not await locks.acquire(username, spawner.k8s_api_request_retry_timeout):
-        raise WayOutFailed(409, BUSY, **words)
-    try:
+    async with _user_lock(spawner, "home_pods", WayOutFailed, words):
         blockers = _recheck(spawner, stop, is_running, words)
         deadline = time.monotonic() + spawner.way_out_release_timeout
         await _stop_all(stop, stop_server, deadline, lambda **kw: WayOutFailed(**kw, **words))
@@ -130,8 +141,6 @@ async def take_way_out(
             raise WayOutFailed(
                 504, RELEASE_TIMEOUT, **words, seconds=spawner.way_out_release_timeout
             )
-    finally:
-        locks.release(username)
     try:
         await start_server(_options(spawner))
     except Exception as exc:
@@ -157,13 +166,7 @@ async def move_off_premium(
     ``spawner_of(name)`` is asked again for the start: JupyterHub drops a stopped server's
     Spawner object (``User.stop``) and makes a new one for its next start."""
     servers = tuple(sorted(set(servers)))
-    locks = getattr(type(spawner), "_colocation_locks", None)
-    if locks is None or not hasattr(spawner, "premium_rides"):
-        raise MoveFailed(409, STALE, **words)
-    username = spawner.user.name
-    if not await locks.acquire(username, spawner.k8s_api_request_retry_timeout):
-        raise MoveFailed(409, BUSY, **words)
-    try:
+    async with _user_lock(spawner, "premium_rides", MoveFailed, words):
         ride = next((r for r in spawner.premium_rides() if r.node == node), None)
         if ride is None or ride.servers != servers:
             raise MoveFailed(409, STALE, **words)
@@ -176,8 +179,6 @@ async def move_off_premium(
             spawner, claims, servers, all_holders=True, node=node, deadline=deadline
         ):
             raise MoveFailed(504, RELEASE_TIMEOUT, **words, seconds=spawner.way_out_release_timeout)
-    finally:
-        locks.release(username)
     for name in servers:
         target = spawner_of(name)
         target.colocation_move_off = avoid
@@ -186,6 +187,25 @@ async def move_off_premium(
         except Exception as exc:
             target.colocation_move_off = ()
             raise MoveFailed(*_start_failure(exc), **words, detail=_start_detail(exc)) from exc
+
+
+@contextlib.asynccontextmanager
+async def _user_lock(
+    spawner: Any, needs: str, failure: type[_StepFailed], words: dict[str, Any]
+) -> AsyncIterator[None]:
+    """Hold the user's per-user lock (the spawner's) for the steps under it: 409 stale when
+    ``spawner`` is not one of ours (no lock table, or no method ``needs``), 409 busy when the
+    lock is not had within ``k8s_api_request_retry_timeout``."""
+    locks = getattr(type(spawner), "_colocation_locks", None)
+    if locks is None or not hasattr(spawner, needs):
+        raise failure(409, STALE, **words)
+    username = spawner.user.name
+    if not await locks.acquire(username, spawner.k8s_api_request_retry_timeout):
+        raise failure(409, BUSY, **words)
+    try:
+        yield
+    finally:
+        locks.release(username)
 
 
 def _recheck(
@@ -238,18 +258,31 @@ async def _released(
     deadline: float,
 ) -> bool:
     """Wait until the stop of ``stopped`` has released ``claims`` (:func:`home_released`);
-    False at ``deadline``."""
-    while not home_released(
-        spawner.home_pods(claims),
-        spawner.home_attached_nodes(claims),
-        claims=claims,
-        stopped=stopped,
-        all_holders=all_holders,
-        node=node,
-    ):
-        if time.monotonic() >= deadline:
-            return False
-        await asyncio.sleep(POLL_SECONDS)
+    False at ``deadline``.  JupyterHub's ``exponential_backoff`` (the same in 5.5 and 6.x),
+    without deadline jitter and at most ``POLL_SECONDS`` between looks: the view is cheap to
+    read and a start waits on it."""
+
+    def released() -> bool:
+        return home_released(
+            spawner.home_pods(claims),
+            spawner.home_attached_nodes(claims),
+            claims=claims,
+            stopped=stopped,
+            all_holders=all_holders,
+            node=node,
+        )
+
+    try:
+        await exponential_backoff(
+            released,
+            "the home was not released",
+            start_wait=POLL_SECONDS,
+            max_wait=POLL_SECONDS,
+            timeout=deadline - time.monotonic(),
+            timeout_tolerance=0,
+        )
+    except asyncio.TimeoutError:
+        return False
     return True
 
 
@@ -273,11 +306,68 @@ def _start_detail(exc: BaseException) -> str:
 
 
 class _ColocateHandler(BaseHandler):  # type: ignore[misc]  # JupyterHub ships no types
-    """What the way out and the move share: scopes, display names, JupyterHub's stop."""
+    """What the way out and the move share: the checks before a step (:meth:`_guard`), one
+    step per user at a time (:meth:`_under_way`), scopes, display names, JupyterHub's stop."""
 
     #: user name -> the server a way out is being taken for now, or MOVED for a move (one per
     #: user at a time)
     _in_flight: ClassVar[dict[str, str]] = {}
+
+    #: what this handler raises when it ends part-way
+    failure: ClassVar[type[_StepFailed]]
+
+    async def _guard(
+        self,
+        user: Any,
+        servers: Sequence[str],
+        words: dict[str, Any],
+        *,
+        shown: str,
+        fresh: Callable[[Any], bool],
+        whole: bool = True,
+        same: str | None = None,
+    ) -> bool:
+        """The checks before a way out or a move, in this order, each answered with the
+        outcome it names and counted: 403 forbidden unless ``user`` exists, the request is
+        ``whole`` and JupyterHub's scopes cover ``servers``; then ``words`` gain the display
+        names of server ``shown``, and :meth:`_settle` runs; 409 busy while another way out or
+        move of the user's is under way (True instead, busy counted, when that one is for
+        server ``same``: the caller answers with its page); 409 stale unless ``fresh(user)``."""
+        if user is None or not whole or not self._allowed(user, servers):
+            raise self._failed(403, FORBIDDEN, **words)
+        words["display_names"] = self._display_names(user, shown)
+        await self._settle(user, shown)
+        running = self._in_flight.get(user.name)
+        if running is not None:
+            metrics.observe_way_out(BUSY)
+            if same is not None and running == same:
+                return True
+            raise self._failed(409, BUSY, **words, counted=True)
+        if not fresh(user):
+            raise self._failed(409, STALE, **words)
+        return False
+
+    async def _settle(self, user: Any, server_name: str) -> None:
+        """What to wait for before the busy check (nothing, unless a handler says)."""
+
+    async def _under_way(self, user: Any, marker: str, step: Awaitable[None]) -> None:
+        """Run ``step`` as the user's one way out or move (``marker``: the server it starts,
+        or MOVED), counting the outcome it fails with."""
+        self._in_flight[user.name] = marker
+        try:
+            await step
+        except self.failure as failed:
+            metrics.observe_way_out(failed.outcome)
+            raise
+        finally:
+            self._in_flight.pop(user.name, None)
+
+    def _failed(
+        self, status: int, outcome: str, *, counted: bool = False, **words: Any
+    ) -> _StepFailed:
+        if not counted:
+            metrics.observe_way_out(outcome)
+        return self.failure(status, outcome, **words)
 
     def _allowed(self, user: Any, servers: Sequence[str]) -> bool:
         """JupyterHub's ``servers`` scope (what its REST API needs to start and stop a server)
@@ -324,57 +414,60 @@ class _ColocateHandler(BaseHandler):  # type: ignore[misc]  # JupyterHub ships n
 class WayOutHandler(_ColocateHandler):
     """``POST /hub/colocate/way-out/<user>/<server>``: see the module docstring."""
 
+    failure = WayOutFailed
+
     @web.authenticated
     async def post(self, user_name: str, server_name: str = "") -> None:
         server_name = server_name or ""
         stop = tuple(dict.fromkeys(self.get_body_arguments("stop")))
         user = self.find_user(user_name)
         words: dict[str, Any] = {"start": server_name, "stop": stop}
-        if user is None or not self._allowed(user, (*stop, server_name)):
-            raise self._failed(403, FORBIDDEN, **words)
-        words["display_names"] = self._display_names(user, server_name)
-        pending_url = url_path_join(
-            self.hub.base_url, "spawn-pending", user.escaped_name, url_escape_path(server_name)
-        )
-        if server_name in user.orm_spawners:
-            await self._refusal_held(user.spawners[server_name])
-        running = self._in_flight.get(user.name)
-        if running is not None:
-            metrics.observe_way_out(BUSY)
-            if running == server_name:
-                self.redirect(pending_url, status=303)
-                return
-            raise self._failed(409, BUSY, **words, counted=True)
-        if server_name not in user.orm_spawners or server_name in stop:
-            raise self._failed(409, STALE, **words)
+        if await self._guard(
+            user,
+            (*stop, server_name),
+            words,
+            shown=server_name,
+            same=server_name,
+            fresh=lambda u: server_name in u.orm_spawners and server_name not in stop,
+        ):
+            self.redirect(self._pending_url(user, server_name), status=303)
+            return
         spawner = user.spawners[server_name]
         if spawner.active:  # a second tab after the first one's start: nothing to do
             metrics.observe_way_out(BUSY)
-            self.redirect(pending_url, status=303)
+            self.redirect(self._pending_url(user, server_name), status=303)
             return
-        self._in_flight[user.name] = server_name
 
         async def start_server(options: dict[str, Any]) -> None:
             await self.spawn_single_user(user, server_name, options=options)
 
-        try:
-            await take_way_out(
+        await self._under_way(
+            user,
+            server_name,
+            take_way_out(
                 spawner,
                 stop,
                 is_running=lambda name: self._running(user, name),
                 stop_server=self._stopper(user),
                 start_server=start_server,
                 words=words,
-            )
-        except WayOutFailed as failed:
-            metrics.observe_way_out(failed.outcome)
-            raise
-        finally:
-            self._in_flight.pop(user.name, None)
+            ),
+        )
         metrics.observe_way_out(STARTED)
-        self.redirect(pending_url, status=303)
+        self.redirect(self._pending_url(user, server_name), status=303)
 
     # ------------------------------------------------------------------------------------------
+
+    def _pending_url(self, user: Any, server_name: str) -> str:
+        return str(
+            url_path_join(
+                self.hub.base_url, "spawn-pending", user.escaped_name, url_escape_path(server_name)
+            )
+        )
+
+    async def _settle(self, user: Any, server_name: str) -> None:
+        if server_name in user.orm_spawners:
+            await self._refusal_held(user.spawners[server_name])
 
     @staticmethod
     async def _refusal_held(spawner: Any) -> None:
@@ -388,16 +481,11 @@ class WayOutHandler(_ColocateHandler):
         await asyncio.wait([asyncio.ensure_future(asyncio.shield(future))], timeout=hold + 5)
         await asyncio.sleep(0)  # JupyterHub's callbacks on the finished spawn run first
 
-    def _failed(
-        self, status: int, outcome: str, *, counted: bool = False, **words: Any
-    ) -> WayOutFailed:
-        if not counted:
-            metrics.observe_way_out(outcome)
-        return WayOutFailed(status, outcome, **words)
-
 
 class MoveHandler(_ColocateHandler):
     """``POST /hub/colocate/move/<user>``: see the module docstring."""
+
+    failure = MoveFailed
 
     @web.authenticated
     async def post(self, user_name: str) -> None:
@@ -405,23 +493,22 @@ class MoveHandler(_ColocateHandler):
         node = self.get_body_argument("node", "")
         user = self.find_user(user_name)
         words: dict[str, Any] = {"servers": servers}
-        if user is None or not servers or not node or not self._allowed(user, servers):
-            metrics.observe_way_out(FORBIDDEN)
-            raise MoveFailed(403, FORBIDDEN, **words)
-        words["display_names"] = self._display_names(user, servers[0])
-        if user.name in self._in_flight:
-            metrics.observe_way_out(BUSY)
-            raise MoveFailed(409, BUSY, **words)
-        if not all(self._running(user, name) for name in servers):
-            metrics.observe_way_out(STALE)
-            raise MoveFailed(409, STALE, **words)
-        self._in_flight[user.name] = MOVED
+        await self._guard(
+            user,
+            servers,
+            words,
+            whole=bool(servers and node),
+            shown=servers[0] if servers else "",
+            fresh=lambda u: all(self._running(u, name) for name in servers),
+        )
 
         async def start_server(name: str, options: dict[str, Any]) -> None:
             await self.spawn_single_user(user, name, options=options)
 
-        try:
-            await move_off_premium(
+        await self._under_way(
+            user,
+            MOVED,
+            move_off_premium(
                 user.spawners[servers[0]],
                 node,
                 servers,
@@ -429,12 +516,8 @@ class MoveHandler(_ColocateHandler):
                 stop_server=self._stopper(user),
                 start_server=start_server,
                 words=words,
-            )
-        except MoveFailed as failed:
-            metrics.observe_way_out(failed.outcome)
-            raise
-        finally:
-            self._in_flight.pop(user.name, None)
+            ),
+        )
         metrics.observe_way_out(MOVED)
         self.redirect(url_path_join(self.hub.base_url, "home"), status=303)
 

@@ -1131,6 +1131,86 @@ LEASE_TAKEN_OVER = {
 }
 
 
+#: why a move cannot go on (``migrate.MigrateError``): code -> sentence, filled by
+#: :func:`migrate_error` with the facts migrate.py names
+MIGRATE_ERRORS = {
+    "timed-out": "timed out after {timeout:g} s waiting for {what} (--timeout)",
+    "claim-not-found": "claim {namespace}/{claim} not found",
+    "no-home-claim": "no home claim for {name!r} in namespace {namespace} (give a username or a "
+    "claim name; home claims are those named {prefix}* or carrying the {annotation} annotation)",
+    "no-storage-class": "no target storage class: pass --storage-class (the class the hub "
+    "creates ReadWriteMany homes in, helm custom.storage-class)",
+    "storage-class-unread": "cannot read storage class {name} ({status}): not checked",
+    "gave-up-unmarked": "{problem} The move gave up: {claim} is unmarked and stays on its old "
+    "volume {volume}, so {user} can start servers again; fix that and apply again, or clear the "
+    "move with: {rollback}",
+    "gave-up-marked": "{problem} {claim} stays marked (its claim is being swapped to the new "
+    "volume, {user}'s servers are refused): apply again to finish, or put it back with: "
+    "{rollback}",
+    "class-switch-too-late": "{claim} is moving to storage class {recorded} (its copy is "
+    "verified, step {step}), not {asked}: finish it with {apply}, or reset the move with "
+    "{rollback} and apply again",
+    "claim-gone-before-copy": "claim {namespace}/{claim} is gone before its copy was made",
+    "claim-moved-before-retain": "claim {namespace}/{claim} is on volume {on_volume}, not on "
+    "{recorded} where this move started: nothing is changed; see migrate status, and put it "
+    "back with: {rollback}",
+    "volume-unreadable": "claim {namespace}/{claim}: its volume {volume} is not readable",
+    "no-storage-class-for": "no target storage class for {claim}: pass --storage-class",
+    "claim-moved-before-mark": "claim {namespace}/{claim} is on volume {on_volume}, not on "
+    "{volume} where this move started: nothing is marked; see migrate status",
+    "temporary-not-ours": "claim {namespace}/{temporary} exists and is not this move's",
+    "copy-pod-gone": "the copy pod {pod} disappeared",
+    "copy-pod-unscheduled": "the copy pod {namespace}/{pod} is not scheduled after {timeout:g} s "
+    "(--timeout) ({why}): is the new claim {pod} bound (kubectl describe pvc {pod})?",
+    "copy-running": "the copy pod {namespace}/{pod} did not finish within {timeout:g} s "
+    "(--copy-timeout); it keeps running and {claim} stays marked: apply again to wait for it, "
+    "or stop the move with: {rollback}",
+    "temporary-not-bound": "claim {namespace}/{temporary} holds the copy but is not bound",
+    "no-target-volume": "volume {volume} records no target volume for {claim}",
+    "target-volume-gone": "volume {new_volume}, the copy of {claim}, is gone; roll back",
+    "claim-recreated": "claim {namespace}/{claim} was recreated meanwhile (bound to "
+    "{on_volume}), not by this move: both volumes ({volume}, {new_volume}) are retained; see "
+    "docs/migrate.md",
+    "step-after-last": "the move of {claim} is at step {at_step} after its last step",
+    "claim-not-on-old": "claim {namespace}/{claim} is on volume {on_volume}, not bound to "
+    "{volume}: {volume} stays Retain and the move stays recorded; roll back again",
+    "lease-lost": "the lease {namespace}/{lease} of {claim} was taken over{by} while this run "
+    "waited: it stops here and changes nothing more",
+}
+
+#: a fact that may be missing (None or ""), and what a sentence says in its place
+_MIGRATE_MISSING = {"on_volume": "nothing", "at_step": "none", "why": "no reason given"}
+
+
+def as_sentence(problem: object) -> str:
+    """``problem``'s words ending in a full stop (or ``?``, ``!``)."""
+    text = str(problem).rstrip()
+    return text if text.endswith((".", "?", "!")) else f"{text}."
+
+
+def migrate_error(code: str, **facts: Any) -> str:
+    """The sentence of ``MIGRATE_ERRORS[code]`` with ``facts``: ``why`` a list of reasons,
+    ``holder`` the lease's holder (or None), ``problem`` an earlier error; a code without words
+    names itself."""
+    values = dict(facts)
+    if "why" in values:
+        values["why"] = "; ".join(values["why"])
+    if "holder" in values:
+        values["by"] = f" by {values['holder']}" if values["holder"] else ""
+    if "problem" in values:
+        values["problem"] = as_sentence(values["problem"])
+    for key, missing in _MIGRATE_MISSING.items():
+        if key in values and not values[key]:
+            values[key] = missing
+    return MIGRATE_ERRORS.get(code, "{code}").format(code=code, **values)
+
+
+def migrate_command(verb: str, user: str, namespace: str, storage_class: str | None = None) -> str:
+    """The command an operator runs next (shown in problems and refusals)."""
+    command = f"nebari-colocate migrate {verb} {user} -n {namespace}"
+    return command + (f" --storage-class {storage_class}" if storage_class else "")
+
+
 def _fill(template: str, row: Obj) -> str:
     values = {k: ("-" if v is None else v) for k, v in row.items()}
     for key in ("running", "problems"):
@@ -1582,6 +1662,22 @@ def api_refused(status: object, what: str, *, reason: str = "", hint: str = ROLE
     return f"the API server answered {status} {reason} to {what}"
 
 
+#: why the command has no API client (``kubeapi.ConnectError.problem``): the kubeconfig
+#: ``paths`` looked at and the ``cause`` in one line
+CONNECT_PROBLEMS = {
+    "no-kubeconfig": "no kubeconfig: {paths} does not exist (pass --kubeconfig or set KUBECONFIG)",
+    "bad-kubeconfig": "kubeconfig {paths}: cannot use it: {cause}",
+    "bad-service-account": "no kubeconfig at {paths}, and the pod's service account cannot be "
+    "used: {cause}",
+}
+
+
+def connect_failed(problem: str, paths: str, cause: str = "") -> str:
+    """Why the command could not connect (any other problem reads as no kubeconfig)."""
+    template = CONNECT_PROBLEMS.get(problem, CONNECT_PROBLEMS["no-kubeconfig"])
+    return template.format(paths=paths, cause=cause)
+
+
 def api_unreachable(server: str, source: str, error: str) -> str:
     """The command could not reach the API server at ``server`` (from ``source``)."""
     return f"cannot reach the Kubernetes API at {server} ({source}): {error}"
@@ -1596,6 +1692,96 @@ def api_no_answer(server: str, timeout: float) -> str:
 # the way out, taken (nebari_colocate.handlers)
 
 
+class OutcomeWords(NamedTuple):
+    """The sentence of one outcome, for the way out and for the move (templates: ``{started}``
+    the server to start, ``{stopped}`` / ``{Stopped}`` what was stopped, ``{them}`` it or them,
+    ``{because}`` " (detail)", ``{then}`` " detail", ``{seconds}``, ``{outcome}``)."""
+
+    way_out: str
+    move: str
+
+
+#: why the way out or the move stopped part-way: outcome (a label of
+#: ``nebari_colocate_way_out_total``, ``nebari_colocate.handlers.FAILURES``) -> its sentence
+OUTCOME_WORDS: dict[str, OutcomeWords] = {
+    "forbidden": OutcomeWords(
+        "You are not allowed to stop and start these servers.",
+        "You are not allowed to stop and start these servers.",
+    ),
+    "stale": OutcomeWords(
+        "Nothing was stopped: what blocks {started} has changed since it was refused "
+        "(a server started or stopped in between). Start {started} again to see what "
+        "blocks it now.",
+        "Nothing was stopped: {stopped} no longer keeps that node running alone (a server "
+        "started or stopped in between). Reload the home page to see what runs now.",
+    ),
+    "busy": OutcomeWords(
+        "Nothing was stopped: another way out of yours is under way. Wait for it to end, "
+        "then try again.",
+        "Nothing was stopped: another way out or move of yours is under way. Wait for it "
+        "to end, then try again.",
+    ),
+    "stop-failed": OutcomeWords(
+        "Stopping {stopped} did not finish{because}; {started} was not started. Stop them on "
+        "the home page, then start it again.",
+        "Stopping {stopped} did not finish{because}. Stop {them} on the home page, then "
+        "start again.",
+    ),
+    "release-timeout": OutcomeWords(
+        "{Stopped} stopped, but the home volume was not released within {seconds:g} s "
+        "(way_out_release_timeout); {started} was not started. Try starting it again in a "
+        "minute; if it keeps failing, an administrator can help.",
+        "{Stopped} stopped, but the home volume was not released within {seconds:g} s "
+        "(way_out_release_timeout). Start {them} again in a minute; if it keeps failing, an "
+        "administrator can help.",
+    ),
+    "start-failed": OutcomeWords(
+        "{Stopped} stopped, but {started} did not start.{then}",
+        "{Stopped} stopped, but did not start again.{then}",
+    ),
+}
+
+#: an outcome without words names itself
+UNWORDED_OUTCOME = OutcomeWords(
+    "The way out did not finish ({outcome}); {started} was not started.",
+    "The move did not finish ({outcome}).",
+)
+
+_OUTCOME_CLASS = OutcomeWords("colocate-way-out", "colocate-move")
+
+
+def outcome_text(
+    family: str,
+    outcome: str,
+    *,
+    stopped: Sequence[str] = (),
+    started: str = "",
+    display_names: Mapping[str, str] | None = None,
+    detail: str = "",
+    seconds: float = 0.0,
+) -> str:
+    """The sentence of ``outcome`` for ``family`` (``"way_out"`` or ``"move"``, a field of
+    :class:`OutcomeWords`), in plain text; ``stopped`` the servers stopped (or to stop)."""
+    names = _join([server_label(n, display_names) for n in stopped]) or "nothing"
+    template = getattr(OUTCOME_WORDS.get(outcome, UNWORDED_OUTCOME), family)
+    return str(template).format(
+        started=server_label(started, display_names),
+        stopped=names,
+        Stopped=names[:1].upper() + names[1:],
+        them="it" if len(stopped) == 1 else "them",
+        because=f" ({detail})" if detail else "",
+        then=f" {detail}" if detail else "",
+        seconds=seconds,
+        outcome=outcome,
+    )
+
+
+def outcome_html(family: str, text: str) -> str:
+    """An :func:`outcome_text` of ``family`` as the error page's HTML, escaped."""
+    css = getattr(_OUTCOME_CLASS, family)
+    return f'<div class="colocate-message {css}" style="text-align: left">{html.escape(text)}</div>'
+
+
 def way_out_failed(
     outcome: str,
     *,
@@ -1608,42 +1794,20 @@ def way_out_failed(
     """Why the way out stopped part-way (``outcome``, a label of
     ``nebari_colocate_way_out_total``), in plain text; ``detail`` is the refusal's own words for
     a start refused again."""
-    started = server_label(start, display_names)
-    stopped = _join([server_label(n, display_names) for n in stop]) or "nothing"
-    if outcome == "forbidden":
-        return "You are not allowed to stop and start these servers."
-    if outcome == "stale":
-        return (
-            f"Nothing was stopped: what blocks {started} has changed since it was refused "
-            f"(a server started or stopped in between). Start {started} again to see what "
-            "blocks it now."
-        )
-    if outcome == "busy":
-        return (
-            "Nothing was stopped: another way out of yours is under way. Wait for it to end, "
-            "then try again."
-        )
-    if outcome == "stop-failed":
-        return (
-            f"Stopping {stopped} did not finish{f' ({detail})' if detail else ''}; {started} "
-            "was not started. Stop them on the home page, then start it again."
-        )
-    if outcome == "release-timeout":
-        return (
-            f"{stopped[0].upper()}{stopped[1:]} stopped, but the home volume was not released "
-            f"within {seconds:g} s (way_out_release_timeout); {started} was not started. Try "
-            "starting it again in a minute; if it keeps failing, an administrator can help."
-        )
-    if outcome == "start-failed":
-        tail = f" {detail}" if detail else ""
-        return f"{stopped[0].upper()}{stopped[1:]} stopped, but {started} did not start.{tail}"
-    return f"The way out did not finish ({outcome}); {started} was not started."
+    return outcome_text(
+        "way_out",
+        outcome,
+        stopped=stop,
+        started=start,
+        display_names=display_names,
+        detail=detail,
+        seconds=seconds,
+    )
 
 
 def way_out_failed_html(outcome: str, **kwargs: Any) -> str:
     """:func:`way_out_failed` as HTML, escaped."""
-    text = html.escape(way_out_failed(outcome, **kwargs))
-    return f'<div class="colocate-message colocate-way-out" style="text-align: left">{text}</div>'
+    return outcome_html("way_out", way_out_failed(outcome, **kwargs))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -1710,41 +1874,19 @@ def move_failed(
 ) -> str:
     """Why a move off a premium node stopped part-way (``outcome``: a label of
     ``nebari_colocate_way_out_total``), in plain text."""
-    moved = _join([server_label(s, display_names) for s in servers]) or "nothing"
-    them = "it" if len(servers) == 1 else "them"
-    if outcome == "forbidden":
-        return "You are not allowed to stop and start these servers."
-    if outcome == "stale":
-        return (
-            f"Nothing was stopped: {moved} no longer keeps that node running alone (a server "
-            "started or stopped in between). Reload the home page to see what runs now."
-        )
-    if outcome == "busy":
-        return (
-            "Nothing was stopped: another way out or move of yours is under way. Wait for it "
-            "to end, then try again."
-        )
-    if outcome == "stop-failed":
-        return (
-            f"Stopping {moved} did not finish{f' ({detail})' if detail else ''}. Stop {them} on "
-            "the home page, then start again."
-        )
-    if outcome == "release-timeout":
-        return (
-            f"{moved[:1].upper()}{moved[1:]} stopped, but the home volume was not released "
-            f"within {seconds:g} s (way_out_release_timeout). Start {them} again in a minute; "
-            "if it keeps failing, an administrator can help."
-        )
-    if outcome == "start-failed":
-        tail = f" {detail}" if detail else ""
-        return f"{moved[:1].upper()}{moved[1:]} stopped, but did not start again.{tail}"
-    return f"The move did not finish ({outcome})."
+    return outcome_text(
+        "move",
+        outcome,
+        stopped=servers,
+        display_names=display_names,
+        detail=detail,
+        seconds=seconds,
+    )
 
 
 def move_failed_html(outcome: str, **kwargs: Any) -> str:
     """:func:`move_failed` as HTML, escaped."""
-    text = html.escape(move_failed(outcome, **kwargs))
-    return f'<div class="colocate-message colocate-move" style="text-align: left">{text}</div>'
+    return outcome_html("move", move_failed(outcome, **kwargs))
 
 
 # the way out, offered (the button on every page; nebari_colocate/templates)

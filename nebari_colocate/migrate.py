@@ -604,11 +604,6 @@ def _now() -> str:
     return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _sentence(exc: BaseException) -> str:
-    text = str(exc).rstrip()
-    return text if text.endswith((".", "?", "!")) else f"{text}."
-
-
 def _micro_now() -> str:
     """A Lease's MicroTime."""
     return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
@@ -714,9 +709,13 @@ class MoveLease:
             self.body = None
             holder = _spec(now).get("holderIdentity") if now else None
             raise LeaseLost(
-                f"the lease {self.namespace}/{self.name} of {self.claim} was taken over"
-                + (f" by {holder}" if holder else "")
-                + " while this run waited: it stops here and changes nothing more"
+                messages.migrate_error(
+                    "lease-lost",
+                    namespace=self.namespace,
+                    lease=self.name,
+                    claim=self.claim,
+                    holder=holder,
+                )
             ) from None
         self._renewed = time.monotonic()
 
@@ -858,7 +857,7 @@ class Mover:
         deadline = time.monotonic() + timeout
         while not await ready():
             if time.monotonic() > deadline:
-                raise MigrateError(f"timed out after {timeout:g} s waiting for {what} (--timeout)")
+                raise MigrateError(messages.migrate_error("timed-out", timeout=timeout, what=what))
             await self._keep_lease()
             await asyncio.sleep(POLL)
 
@@ -929,7 +928,9 @@ class Mover:
             if moving:
                 old = moving[0]
         if pvc is None and old is None:
-            raise MigrateError(f"claim {self.namespace}/{claim} not found")
+            raise MigrateError(
+                messages.migrate_error("claim-not-found", namespace=self.namespace, claim=claim)
+            )
         user = claim_user(pvc, self.prefix) if pvc else claim[len(self.prefix) :]
         if temporary is not None and _annotations(temporary).get(OF_KEY) != claim:
             temporary = None
@@ -952,9 +953,13 @@ class Mover:
                 found.append(by_user[name])
             else:
                 raise MigrateError(
-                    f"no home claim for {name!r} in namespace {self.namespace} (give a username "
-                    f"or a claim name; home claims are those named {self.prefix}* or carrying "
-                    f"the {USERNAME_ANNOTATION} annotation)"
+                    messages.migrate_error(
+                        "no-home-claim",
+                        name=name,
+                        namespace=self.namespace,
+                        prefix=self.prefix,
+                        annotation=USERNAME_ANNOTATION,
+                    )
                 )
         return list(dict.fromkeys(found))
 
@@ -962,15 +967,14 @@ class Mover:
         """Raise MigrateError for a target class that cannot work; notes for what is unknown."""
         name = self.storage_class
         if not name:
-            raise MigrateError(
-                "no target storage class: pass --storage-class (the class the hub creates "
-                "ReadWriteMany homes in, helm custom.storage-class)"
-            )
+            raise MigrateError(messages.migrate_error("no-storage-class"))
         try:
             sc = await read_json_or_none(self.storage.read_storage_class, name)
         except ApiError as exc:
             if forbidden(exc):
-                return [f"cannot read storage class {name} ({exc.status}): not checked"]
+                return [
+                    messages.migrate_error("storage-class-unread", name=name, status=exc.status)
+                ]
             raise
         rwx = None
         if sc is not None and sc.get("provisioner") == STATIC_PROVISIONER:
@@ -993,8 +997,7 @@ class Mover:
 
     def _command(self, verb: str, user: str, storage_class: str | None = None) -> str:
         """The command an operator runs next (shown in problems and refusals)."""
-        command = f"nebari-colocate migrate {verb} {user} -n {self.namespace}"
-        return command + (f" --storage-class {storage_class}" if storage_class else "")
+        return messages.migrate_command(verb, user, self.namespace, storage_class)
 
     async def _holding(self, claim: str, work: Callable[[], Awaitable[JsonDict]]) -> JsonDict:
         """Run ``work`` holding ``claim``'s lease; the ``held`` outcome when another run has it."""
@@ -1114,18 +1117,27 @@ class Mover:
         ):
             await self._abandon(home, f"gave up: {exc}"[:1000])
             return MigrateError(
-                f"{_sentence(exc)} The move gave up: {claim} is unmarked and stays on its old "
-                f"volume {old_name}, so {user} can start servers again; fix that and apply "
-                f"again, or clear the move with: {self._command('rollback', user)}"
+                messages.migrate_error(
+                    "gave-up-unmarked",
+                    problem=exc,
+                    claim=claim,
+                    volume=old_name,
+                    user=user,
+                    rollback=self._command("rollback", user),
+                )
             )
         if home.step in SWAP_PHASE:
             if home.pvc is not None and _annotations(home.pvc).get(MIGRATION_ANNOTATION) == MOVING:
                 # the user's refusal says the move stopped and waits for an administrator
                 await self._annotate_pvc(claim, {MIGRATION_STALLED_ANNOTATION: _now()})
             return MigrateError(
-                f"{_sentence(exc)} {claim} stays marked (its claim is being swapped to the new "
-                f"volume, {user}'s servers are refused): apply again to finish, or put it back "
-                f"with: {self._command('rollback', user)}"
+                messages.migrate_error(
+                    "gave-up-marked",
+                    problem=exc,
+                    claim=claim,
+                    user=user,
+                    rollback=self._command("rollback", user),
+                )
             )
         return exc
 
@@ -1140,10 +1152,15 @@ class Mover:
         user = home.user or home.claim
         if home.step in SWAP_PHASE:
             raise MigrateError(
-                f"{home.claim} is moving to storage class {recorded} (its copy is verified, step "
-                f"{home.step}), not {asked}: finish it with "
-                f"{self._command('apply', user, recorded)}, or reset the move with "
-                f"{self._command('rollback', user)} and apply again"
+                messages.migrate_error(
+                    "class-switch-too-late",
+                    claim=home.claim,
+                    recorded=recorded,
+                    step=home.step,
+                    asked=asked,
+                    apply=self._command("apply", user, recorded),
+                    rollback=self._command("rollback", user),
+                )
             )
         tmp_name = temporary_name(home.claim)
         if home.copy_pod is not None:
@@ -1186,19 +1203,30 @@ class Mover:
             return None
         claim, pvc = home.claim, home.pvc
         if pvc is None:
-            raise MigrateError(f"claim {self.namespace}/{claim} is gone before its copy was made")
+            raise MigrateError(
+                messages.migrate_error(
+                    "claim-gone-before-copy", namespace=self.namespace, claim=claim
+                )
+            )
         old_name: str | None = _spec(pvc).get("volumeName")
         recorded = _meta(home.old_pv).get("name")
         if home.step is not None and old_name != recorded:
             raise MigrateError(
-                f"claim {self.namespace}/{claim} is on volume {old_name or 'nothing'}, not on "
-                f"{recorded} where this move started: nothing is changed; see migrate status, "
-                f"and put it back with: {self._command('rollback', home.user or claim)}"
+                messages.migrate_error(
+                    "claim-moved-before-retain",
+                    namespace=self.namespace,
+                    claim=claim,
+                    on_volume=old_name,
+                    recorded=recorded,
+                    rollback=self._command("rollback", home.user or claim),
+                )
             )
         old = home.old_pv if recorded == old_name else await self.pv(old_name)
         if old is None or not old_name:
             raise MigrateError(
-                f"claim {self.namespace}/{claim}: its volume {old_name} is not readable"
+                messages.migrate_error(
+                    "volume-unreadable", namespace=self.namespace, claim=claim, volume=old_name
+                )
             )
         annotations = _annotations(old)
         values = {
@@ -1210,7 +1238,7 @@ class Mover:
             PROBLEM_KEY: None,
         }
         if not values[CLASS_KEY]:
-            raise MigrateError(f"no target storage class for {claim}: pass --storage-class")
+            raise MigrateError(messages.migrate_error("no-storage-class-for", claim=claim))
         if home.step in (None, FAILED):
             values[STEP_KEY] = RETAINED
             values[RESULT_KEY] = None
@@ -1230,9 +1258,13 @@ class Mover:
         old_name = _meta(home.old_pv).get("name")
         if home.pvc is None or _spec(home.pvc).get("volumeName") != old_name:
             raise MigrateError(
-                f"claim {self.namespace}/{home.claim} is on volume "
-                f"{_spec(home.pvc).get('volumeName') or 'nothing'}, not on {old_name} where this "
-                "move started: nothing is marked; see migrate status"
+                messages.migrate_error(
+                    "claim-moved-before-mark",
+                    namespace=self.namespace,
+                    claim=home.claim,
+                    on_volume=_spec(home.pvc).get("volumeName"),
+                    volume=old_name,
+                )
             )
         if _annotations(home.pvc).get(MIGRATION_ANNOTATION) != MOVING:
             await self._annotate_pvc(
@@ -1257,7 +1289,11 @@ class Mover:
         tmp_name = temporary_name(claim)
         temporary = await self.pvc(tmp_name)
         if temporary is not None and _annotations(temporary).get(OF_KEY) != claim:
-            raise MigrateError(f"claim {self.namespace}/{tmp_name} exists and is not this move's")
+            raise MigrateError(
+                messages.migrate_error(
+                    "temporary-not-ours", namespace=self.namespace, temporary=tmp_name
+                )
+            )
         if temporary is None:
             await read_json(
                 self.core.create_namespaced_persistent_volume_claim,
@@ -1360,7 +1396,8 @@ class Mover:
         while True:
             pod = await self.pod(pod_name)
             if pod is None:
-                return {"result": "error", "problems": [f"the copy pod {pod_name} disappeared"]}
+                gone = messages.migrate_error("copy-pod-gone", pod=pod_name)
+                return {"result": "error", "problems": [gone]}
             summary = copy_result(pod)
             if summary is not None:
                 return summary
@@ -1374,17 +1411,25 @@ class Mover:
                     if c.get("type") == "PodScheduled" and c.get("status") == "False"
                 ]
                 raise MigrateError(
-                    f"the copy pod {self.namespace}/{pod_name} is not scheduled after "
-                    f"{self.bind_timeout:g} s (--timeout) ({'; '.join(why) or 'no reason given'})"
-                    f": is the new claim {pod_name} bound (kubectl describe pvc {pod_name})?"
+                    messages.migrate_error(
+                        "copy-pod-unscheduled",
+                        namespace=self.namespace,
+                        pod=pod_name,
+                        timeout=self.bind_timeout,
+                        why=why,
+                    )
                 )
             if time.monotonic() > deadline:
                 user = home.user or claim
                 raise CopyRunning(
-                    f"the copy pod {self.namespace}/{pod_name} did not finish within "
-                    f"{self.copy_timeout:g} s (--copy-timeout); it keeps running and {claim} "
-                    f"stays marked: apply again to wait for it, or stop the move with: "
-                    f"{self._command('rollback', user)}"
+                    messages.migrate_error(
+                        "copy-running",
+                        namespace=self.namespace,
+                        pod=pod_name,
+                        timeout=self.copy_timeout,
+                        claim=claim,
+                        rollback=self._command("rollback", user),
+                    )
                 )
             await self._keep_lease()
             await asyncio.sleep(self.copy_poll)
@@ -1399,7 +1444,11 @@ class Mover:
         tmp_name = temporary_name(home.claim)
         temporary = await self.pvc(tmp_name)
         if temporary is None or not _spec(temporary).get("volumeName"):
-            raise MigrateError(f"claim {self.namespace}/{tmp_name} holds the copy but is not bound")
+            raise MigrateError(
+                messages.migrate_error(
+                    "temporary-not-bound", namespace=self.namespace, temporary=tmp_name
+                )
+            )
         new_name = _spec(temporary)["volumeName"]
         await self._wait(
             lambda: self._bound(tmp_name), self.bind_timeout, f"claim {tmp_name} bound"
@@ -1415,10 +1464,14 @@ class Mover:
         old_name = _meta(home.old_pv)["name"]
         new_name: str | None = _annotations(home.old_pv).get(TARGET_KEY)
         if not new_name:
-            raise MigrateError(f"volume {old_name} records no target volume for {home.claim}")
+            raise MigrateError(
+                messages.migrate_error("no-target-volume", volume=old_name, claim=home.claim)
+            )
         new = home.new_pv if _meta(home.new_pv).get("name") == new_name else await self.pv(new_name)
         if new is None:
-            raise MigrateError(f"volume {new_name}, the copy of {home.claim}, is gone; roll back")
+            raise MigrateError(
+                messages.migrate_error("target-volume-gone", new_volume=new_name, claim=home.claim)
+            )
         return new_name, new
 
     async def _retain_new(self, home: Home) -> JsonDict | None:
@@ -1481,9 +1534,14 @@ class Mover:
             await self._delete_pvc(home.claim, _meta(current)["uid"])
         elif not self._final(home, new_name):
             raise MigrateError(
-                f"claim {self.namespace}/{home.claim} was recreated meanwhile (bound to "
-                f"{_spec(current).get('volumeName') or 'nothing'}), not by this move: both "
-                f"volumes ({old_name}, {new_name}) are retained; see docs/migrate.md"
+                messages.migrate_error(
+                    "claim-recreated",
+                    namespace=self.namespace,
+                    claim=home.claim,
+                    on_volume=_spec(current).get("volumeName"),
+                    volume=old_name,
+                    new_volume=new_name,
+                )
             )
         return None
 
@@ -1515,7 +1573,7 @@ class Mover:
         """The new volume's reclaim policy restored, the mark removed, the move recorded done."""
         if home.step != SWAPPING:
             raise MigrateError(
-                f"the move of {home.claim} is at step {home.step or 'none'} after its last step"
+                messages.migrate_error("step-after-last", claim=home.claim, at_step=home.step)
             )
         new_name, new = await self._target(home)
         restore = _annotations(new).get(POLICY_KEY)
@@ -1709,9 +1767,13 @@ class Mover:
         if not await self._on_old(home.claim, old_name):
             current = await self.pvc(home.claim)
             raise MigrateError(
-                f"claim {self.namespace}/{home.claim} is on volume "
-                f"{_spec(current).get('volumeName') or 'nothing'}, not bound to {old_name}: "
-                f"{old_name} stays Retain and the move stays recorded; roll back again"
+                messages.migrate_error(
+                    "claim-not-on-old",
+                    namespace=self.namespace,
+                    claim=home.claim,
+                    on_volume=_spec(current).get("volumeName"),
+                    volume=old_name,
+                )
             )
         old = await self.pv(old_name)
         policy = _annotations(old).get(POLICY_KEY) or _spec(old).get(

@@ -32,6 +32,7 @@ from urllib.parse import quote
 import aiohttp
 
 from tests.support.controlplane import free_port, tail
+from tests.support.waiting import wait_until
 
 HERE = Path(__file__).resolve().parent
 CONFIG_FILE = HERE / "jupyterhub_config.py"
@@ -381,13 +382,12 @@ class Hub:
         status, body = await self.api("DELETE", self.server_path(user, server))
         if status not in (202, 204):
             raise AssertionError(f"stopping {user}/{server!r}: {status} {body}")
-        deadline = time.monotonic() + timeout
-        while (model := await self.server_model(user, server)) and (
-            model.get("ready") or model.get("pending")
-        ):
-            if time.monotonic() > deadline:
-                raise AssertionError(f"{user}/{server!r} not stopped in {timeout} s: {model}")
-            await asyncio.sleep(0.2)
+        await wait_until(
+            lambda: self.server_model(user, server),
+            until=lambda model: not (model and (model.get("ready") or model.get("pending"))),
+            timeout=timeout,
+            what=f"{user}/{server!r} stopped",
+        )
 
     async def proxied(self, path: str) -> tuple[int, object]:
         """GET a path through the public proxy without credentials (the stub needs none)."""

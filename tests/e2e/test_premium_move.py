@@ -20,6 +20,8 @@ from urllib.parse import quote
 import pytest
 from playwright.async_api import expect
 
+from tests.support.waiting import wait_until
+
 from .browser import log_in, screenshot
 from .conftest import JUPYTERHUB_MAJOR
 from .japps import open_jhub_apps
@@ -56,13 +58,13 @@ async def click_the_move(page, hub, kube, artifacts, name: str, shown: str) -> N
     clicked = time.monotonic()
     await notice.locator("button.colocate-move-button").click()
     await page.wait_for_url(f"{hub.url}/hub/home", timeout=120_000)
-    deadline = time.monotonic() + 90
-    while True:
-        model = await hub.server_model("alice", "app")
-        if model and model.get("ready"):
-            break
-        assert time.monotonic() < deadline, f"the app did not start again: {model}"
-        await page.wait_for_timeout(300)
+    await wait_until(
+        lambda: hub.server_model("alice", "app"),
+        until=lambda model: model and model.get("ready"),
+        timeout=90,
+        what="the app started again",
+        interval=0.3,
+    )
     print(f"premium move ({name}): the app ready again {time.monotonic() - clicked:.1f}s after")
     assert await pod_node(kube, "jupyter-alice--app") == "cpu-1"
     await page.goto(f"{hub.url}/hub/home")

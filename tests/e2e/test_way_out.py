@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 from urllib.parse import quote
 
 import aiohttp
+
+from tests.support.waiting import wait_until
 
 from .harness import PASSWORD, Hub
 from .test_refusals_in_browser import CPU_PROFILE, GPU_PROFILE, cpu_and_gpu_nodes
@@ -74,11 +75,15 @@ async def refused_with_way_out(hub: Hub, user: str, server: str, body: dict) -> 
     path = f"/users/{quote(user, safe='')}/" + (
         f"servers/{quote(server, safe='')}/progress" if server else "server/progress"
     )
-    deadline = time.monotonic() + 30
-    while not (await hub.server_model(user, server) or {}).get("pending"):
-        if request.done() or time.monotonic() > deadline:
-            raise AssertionError(f"no pending spawn to read the progress of: {request}")
-        await asyncio.sleep(0.1)
+    model = await wait_until(
+        lambda: hub.server_model(user, server),
+        until=lambda model: (model or {}).get("pending") or request.done(),
+        timeout=30,
+        what=f"a pending spawn of {user}/{server!r} to read the progress of",
+        interval=0.1,
+    )
+    if not (model or {}).get("pending"):
+        raise AssertionError(f"no pending spawn to read the progress of: {request}")
     found: dict | None = None
     seen = False
     async with hub._session.get(f"{hub.url}/hub/api{path}") as r:
@@ -99,13 +104,14 @@ async def refused_with_way_out(hub: Hub, user: str, server: str, body: dict) -> 
 
 
 async def wait_ready(hub: Hub, user: str, server: str, timeout: float = 90) -> dict:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        model = await hub.server_model(user, server)
-        if model and model.get("ready"):
-            return model
-        await asyncio.sleep(0.3)
-    raise AssertionError(f"{user}/{server!r} not ready in {timeout} s: {model}")
+    model: dict = await wait_until(
+        lambda: hub.server_model(user, server),
+        until=lambda model: model and model.get("ready"),
+        timeout=timeout,
+        what=f"{user}/{server!r} ready",
+        interval=0.3,
+    )
+    return model
 
 
 async def test_the_way_out_stops_the_app_waits_for_the_detach_and_starts_the_lab(kube, start_hub):

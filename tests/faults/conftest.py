@@ -34,6 +34,7 @@ from nebari_colocate.spawner import ColocatingKubeSpawner, ColocationRefused, Ku
 from tests.support import builders, helpers
 from tests.support.controlplane import ControlPlane
 from tests.support.spawning import make_spawner, stop_reflectors
+from tests.support.waiting import WaitTimeout, wait_until
 
 from .proxy import FaultProxy
 
@@ -237,15 +238,22 @@ class Hub:
         await self.create_node(fresh)
         self.users.add(user)  # its claim is a home: the teardown's claim check allows it
         await self.create_bound_claim(f"claim-{user}", timeout=timeout)
-        deadline = time.monotonic() + timeout
-        while True:
+
+        async def probe() -> bool:
             try:
                 await self._probe(fresh, [f"claim-{user}"], 15.0)
-                return
             except AssertionError as stuck:
-                if time.monotonic() > deadline:
-                    raise AssertionError(f"{stuck} (and every new probe for {timeout} s)") from None
                 print(f"restart probe replaced: {stuck}")
+                raise
+            return True
+
+        await wait_until(
+            probe,
+            timeout=timeout,
+            what=f"a probe pod running on {fresh} (a new one every 15 s)",
+            retry_on=(AssertionError,),
+            interval=0,
+        )
 
     async def _probe(self, node: str, claims: list[str], timeout: float) -> None:
         name = f"probe-{secrets.token_hex(4)}"
@@ -256,17 +264,20 @@ class Hub:
             containers=[builders.container("probe", image="probe")],
         )
         await self.core.create_namespaced_pod(self.namespace, body)
-        deadline = time.monotonic() + timeout
         try:
-            while time.monotonic() < deadline:
-                pod = await self.core.read_namespaced_pod(name, self.namespace)
-                if pod.status.phase == "Running":
-                    return
-                await asyncio.sleep(0.5)
+            await wait_until(
+                lambda: self.core.read_namespaced_pod(name, self.namespace),
+                until=lambda pod: pod.status.phase == "Running",
+                timeout=timeout,
+                what=f"probe {name} Running on {node}",
+                seen=lambda pod: pod.status.phase,
+                interval=0.5,
+            )
+        except WaitTimeout:
             raise AssertionError(
                 f"no pod ran on {node} within {timeout} s of the restart: "
                 f"{await self._probe_facts(name, node)}"
-            )
+            ) from None
         finally:
             with contextlib.suppress(Exception):
                 await self.core.delete_namespaced_pod(name, self.namespace, grace_period_seconds=0)
@@ -307,27 +318,28 @@ class Hub:
         return {p.metadata.name for p in listing.items}
 
     async def wait_for_locks(self, timeout: float = 15.0) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            held = self.users & set(ColocatingKubeSpawner._colocation_locks)
-            if not held:
-                return
-            await asyncio.sleep(0.1)
-        raise AssertionError(f"per-user locks still held: {sorted(held)}")
+        await wait_until(
+            lambda: self.users & set(ColocatingKubeSpawner._colocation_locks),
+            until=lambda held: not held,
+            timeout=timeout,
+            what="every per-user lock released",
+            seen=lambda held: f"still held: {sorted(held)}",
+            interval=0.1,
+        )
 
     async def stop_all_and_check(self, timeout: float = 40.0) -> None:
         """Stop every server, then: no pod left (a pod a stalled API created late included),
         no claim but the users' homes, no lock held, no RWO claim on two nodes."""
         await asyncio.gather(*(s.stop(now=True) for s in self.spawners), return_exceptions=True)
         await self.wait_for_locks()
-        deadline = time.monotonic() + timeout
-        pods: dict = {}
-        while time.monotonic() < deadline:
-            pods = await self.pods()
-            if not pods:
-                break
-            await asyncio.sleep(0.5)
-        assert not pods, f"orphan pods: {sorted(pods)}"
+        await wait_until(
+            self.pods,
+            until=lambda pods: not pods,
+            timeout=timeout,
+            what="no pod left",
+            seen=lambda pods: f"orphan pods: {sorted(pods)}",
+            interval=0.5,
+        )
         homes = {f"claim-{u}" for u in self.users}
         stray = await self.claims() - homes
         assert not stray, f"claims left that are no user's home: {sorted(stray)}"

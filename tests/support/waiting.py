@@ -21,7 +21,7 @@ import asyncio
 import inspect
 import time
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 T = TypeVar("T")
 
@@ -54,6 +54,60 @@ def _describe_last(last: object, error: BaseException | None, seen: Callable[[An
         return f"last saw {last!r} ({type(e).__name__} describing it: {e})"
 
 
+class _Wait:
+    """One wait's bookkeeping, the same for both loops: the deadline (from the start), the
+    reads, the last value and error; :meth:`after` judges each read."""
+
+    def __init__(
+        self,
+        timeout: float,
+        what: str,
+        until: Callable[[Any], object],
+        seen: Callable[[Any], object],
+        interval: float,
+    ) -> None:
+        self.deadline = time.monotonic() + timeout
+        self.timeout, self.what, self.until, self.seen = timeout, what, until, seen
+        self.interval = interval
+        self.last: object = _NOTHING
+        self.error: BaseException | None = None
+        self.reads = 0
+
+    def after(self, read: tuple[object, BaseException | None]) -> float | None:
+        """None once the read ``(value, error)`` satisfies the wait (the value is ``last``);
+        else the seconds to sleep before the next read; WaitTimeout when no time is left."""
+        value, self.error = read
+        self.reads += 1
+        if self.error is None:
+            self.last = value
+            if self.until(value):
+                return None
+        remaining = self.deadline - time.monotonic()
+        if remaining <= 0:
+            last = _describe_last(self.last, self.error, self.seen)
+            raise WaitTimeout(self.what, self.timeout, last, self.reads)
+        return min(self.interval, remaining)
+
+
+def _read(
+    read: Callable[[], Any], retry_on: tuple[type[BaseException], ...]
+) -> tuple[object, BaseException | None]:
+    try:
+        return read(), None
+    except retry_on as e:
+        return _NOTHING, e
+
+
+async def _read_async(
+    read: Callable[[], Any], retry_on: tuple[type[BaseException], ...]
+) -> tuple[object, BaseException | None]:
+    try:
+        value = read()
+        return (await value if inspect.isawaitable(value) else value), None
+    except retry_on as e:
+        return _NOTHING, e
+
+
 async def wait_until(
     read: Callable[[], Any],
     *,
@@ -71,27 +125,10 @@ async def wait_until(
     Exceptions of the types in ``retry_on`` count as "not yet"; any other propagates at once.
     ``read`` runs at least once, also with ``timeout`` 0.
     """
-    deadline = time.monotonic() + timeout
-    last: object = _NOTHING
-    error: BaseException | None = None
-    reads = 0
-    while True:
-        reads += 1
-        try:
-            value = read()
-            if inspect.isawaitable(value):
-                value = await value
-        except retry_on as e:
-            error = e
-        else:
-            error = None
-            last = value
-            if until(value):
-                return value
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            raise WaitTimeout(what, timeout, _describe_last(last, error, seen), reads)
-        await asyncio.sleep(min(interval, remaining))
+    wait = _Wait(timeout, what, until, seen, interval)
+    while (pause := wait.after(await _read_async(read, retry_on))) is not None:
+        await asyncio.sleep(pause)
+    return wait.last
 
 
 def wait_until_sync(
@@ -105,22 +142,7 @@ def wait_until_sync(
     retry_on: tuple[type[BaseException], ...] = (),
 ) -> T:
     """``wait_until`` for code without an event loop (a process starting, a port opening)."""
-    deadline = time.monotonic() + timeout
-    last: object = _NOTHING
-    error: BaseException | None = None
-    reads = 0
-    while True:
-        reads += 1
-        try:
-            value = read()
-        except retry_on as e:
-            error = e
-        else:
-            error = None
-            last = value
-            if until(value):
-                return value
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            raise WaitTimeout(what, timeout, _describe_last(last, error, seen), reads)
-        time.sleep(min(interval, remaining))
+    wait = _Wait(timeout, what, until, seen, interval)
+    while (pause := wait.after(_read(read, retry_on))) is not None:
+        time.sleep(pause)
+    return cast(T, wait.last)  # the value until() accepted

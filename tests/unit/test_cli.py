@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from nebari_colocate import cli, dumps, kubeapi, validate
+from nebari_colocate import cli, dumps, kubeapi, messages, validate
 from tests.support.builders import node, pod, pvc, running
 
 SCENARIOS = Path(__file__).resolve().parents[2] / "examples" / "scenarios"
@@ -988,3 +988,28 @@ def test_a_pod_overhead_that_conflicts_with_its_runtime_class_exits_2(tmp_path, 
     status, out, err = run(["simulate", str(state_file), "--pod", str(pod_file), "--json"], capsys)
     assert (status, out) == (2, "")
     assert "RuntimeClass 'gvisor'" in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize(
+    ("problem", "cause", "expect"),
+    [
+        (
+            "no-kubeconfig",
+            "",
+            "no kubeconfig: /k does not exist (pass --kubeconfig or set KUBECONFIG)",
+        ),
+        ("bad-kubeconfig", "not YAML", "kubeconfig /k: cannot use it: not YAML"),
+        (
+            "bad-service-account",
+            "no token",
+            "no kubeconfig at /k, and the pod's service account cannot be used: no token",
+        ),
+        (
+            "a-problem-from-the-future",
+            "",
+            "no kubeconfig: /k does not exist (pass --kubeconfig or set KUBECONFIG)",
+        ),
+    ],
+)
+def test_a_command_that_cannot_connect_says_why_in_one_line(problem, cause, expect):
+    assert messages.connect_failed(problem, "/k", cause) == expect

@@ -69,3 +69,11 @@ def test_the_sync_form_waits_the_same_way():
     assert wait_until_sync(lambda: next(reads), timeout=5, what="7", interval=0) == 7
     with pytest.raises(WaitTimeout, match="last saw 0"):
         wait_until_sync(lambda: 0, timeout=0.02, what="never", interval=0.005)
+
+
+def test_the_sync_form_reports_the_last_error_and_the_reads_as_the_async_one_does():
+    def read():
+        raise ConnectionRefusedError("port closed")
+
+    with pytest.raises(WaitTimeout, match="reads, the last read raised ConnectionRefusedError"):
+        wait_until_sync(read, timeout=0.02, what="the port", retry_on=(OSError,), interval=0.005)

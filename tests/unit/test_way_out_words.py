@@ -1,0 +1,452 @@
+"""The words of a way out or a move that stopped part-way: one row per outcome, the exact
+sentence a person reads (docs/decisions.md, "The way out"), and a guard that every outcome the
+handlers can end in has words of its own."""
+
+# ruff: noqa: E501 - each expected sentence stands on one line, as the person reads it
+
+from __future__ import annotations
+
+import ast
+import html
+import inspect
+import time
+
+import pytest
+
+from nebari_colocate import handlers, messages
+
+NAMES = {"": "JupyterLab", "pandas-app": "Pandas App", "b": "B <b>"}
+SHAPES = {
+    # one stopped server, the default one started; two stopped (one of them the default), an
+    # app started; nothing named at all
+    "one": ({"start": "", "stop": ["pandas-app"]}, {"servers": ["pandas-app"]}),
+    "two": ({"start": "pandas-app", "stop": ["", "b"]}, {"servers": ["", "b"]}),
+    "none": ({"start": ""}, {}),
+}
+EXTRAS = {"plain": {}, "detail": {"detail": "Boom: x", "seconds": 120}}
+
+
+def _words(family: str, outcome: str, shape: str, extra: str) -> str:
+    way_out, move = SHAPES[shape]
+    names = NAMES if shape != "none" else None
+    if family == "way-out":
+        return messages.way_out_failed(outcome, display_names=names, **way_out, **EXTRAS[extra])
+    return messages.move_failed(outcome, display_names=names, **move, **EXTRAS[extra])
+
+
+ROWS = [
+    pytest.param(
+        "way-out",
+        "forbidden",
+        "one",
+        "plain",
+        "You are not allowed to stop and start these servers.",
+        id="way-out-forbidden-one-plain",
+    ),
+    pytest.param(
+        "move",
+        "forbidden",
+        "one",
+        "plain",
+        "You are not allowed to stop and start these servers.",
+        id="move-forbidden-one-plain",
+    ),
+    pytest.param(
+        "way-out",
+        "stale",
+        "one",
+        "plain",
+        "Nothing was stopped: what blocks 'JupyterLab' has changed since it was refused (a server started or stopped in between). Start 'JupyterLab' again to see what blocks it now.",
+        id="way-out-stale-one-plain",
+    ),
+    pytest.param(
+        "move",
+        "stale",
+        "one",
+        "plain",
+        "Nothing was stopped: 'Pandas App' no longer keeps that node running alone (a server started or stopped in between). Reload the home page to see what runs now.",
+        id="move-stale-one-plain",
+    ),
+    pytest.param(
+        "way-out",
+        "stale",
+        "two",
+        "plain",
+        "Nothing was stopped: what blocks 'Pandas App' has changed since it was refused (a server started or stopped in between). Start 'Pandas App' again to see what blocks it now.",
+        id="way-out-stale-two-plain",
+    ),
+    pytest.param(
+        "move",
+        "stale",
+        "two",
+        "plain",
+        "Nothing was stopped: 'JupyterLab' and 'B <b>' no longer keeps that node running alone (a server started or stopped in between). Reload the home page to see what runs now.",
+        id="move-stale-two-plain",
+    ),
+    pytest.param(
+        "way-out",
+        "busy",
+        "one",
+        "plain",
+        "Nothing was stopped: another way out of yours is under way. Wait for it to end, then try again.",
+        id="way-out-busy-one-plain",
+    ),
+    pytest.param(
+        "move",
+        "busy",
+        "one",
+        "plain",
+        "Nothing was stopped: another way out or move of yours is under way. Wait for it to end, then try again.",
+        id="move-busy-one-plain",
+    ),
+    pytest.param(
+        "way-out",
+        "stop-failed",
+        "one",
+        "plain",
+        "Stopping 'Pandas App' did not finish; 'JupyterLab' was not started. Stop them on the home page, then start it again.",
+        id="way-out-stop-failed-one-plain",
+    ),
+    pytest.param(
+        "move",
+        "stop-failed",
+        "one",
+        "plain",
+        "Stopping 'Pandas App' did not finish. Stop it on the home page, then start again.",
+        id="move-stop-failed-one-plain",
+    ),
+    pytest.param(
+        "way-out",
+        "stop-failed",
+        "two",
+        "plain",
+        "Stopping 'JupyterLab' and 'B <b>' did not finish; 'Pandas App' was not started. Stop them on the home page, then start it again.",
+        id="way-out-stop-failed-two-plain",
+    ),
+    pytest.param(
+        "move",
+        "stop-failed",
+        "two",
+        "plain",
+        "Stopping 'JupyterLab' and 'B <b>' did not finish. Stop them on the home page, then start again.",
+        id="move-stop-failed-two-plain",
+    ),
+    pytest.param(
+        "way-out",
+        "stop-failed",
+        "one",
+        "detail",
+        "Stopping 'Pandas App' did not finish (Boom: x); 'JupyterLab' was not started. Stop them on the home page, then start it again.",
+        id="way-out-stop-failed-one-detail",
+    ),
+    pytest.param(
+        "move",
+        "stop-failed",
+        "one",
+        "detail",
+        "Stopping 'Pandas App' did not finish (Boom: x). Stop it on the home page, then start again.",
+        id="move-stop-failed-one-detail",
+    ),
+    pytest.param(
+        "way-out",
+        "stop-failed",
+        "two",
+        "detail",
+        "Stopping 'JupyterLab' and 'B <b>' did not finish (Boom: x); 'Pandas App' was not started. Stop them on the home page, then start it again.",
+        id="way-out-stop-failed-two-detail",
+    ),
+    pytest.param(
+        "move",
+        "stop-failed",
+        "two",
+        "detail",
+        "Stopping 'JupyterLab' and 'B <b>' did not finish (Boom: x). Stop them on the home page, then start again.",
+        id="move-stop-failed-two-detail",
+    ),
+    pytest.param(
+        "way-out",
+        "release-timeout",
+        "one",
+        "plain",
+        "'Pandas App' stopped, but the home volume was not released within 0 s (way_out_release_timeout); 'JupyterLab' was not started. Try starting it again in a minute; if it keeps failing, an administrator can help.",
+        id="way-out-release-timeout-one-plain",
+    ),
+    pytest.param(
+        "move",
+        "release-timeout",
+        "one",
+        "plain",
+        "'Pandas App' stopped, but the home volume was not released within 0 s (way_out_release_timeout). Start it again in a minute; if it keeps failing, an administrator can help.",
+        id="move-release-timeout-one-plain",
+    ),
+    pytest.param(
+        "way-out",
+        "release-timeout",
+        "two",
+        "plain",
+        "'JupyterLab' and 'B <b>' stopped, but the home volume was not released within 0 s (way_out_release_timeout); 'Pandas App' was not started. Try starting it again in a minute; if it keeps failing, an administrator can help.",
+        id="way-out-release-timeout-two-plain",
+    ),
+    pytest.param(
+        "move",
+        "release-timeout",
+        "two",
+        "plain",
+        "'JupyterLab' and 'B <b>' stopped, but the home volume was not released within 0 s (way_out_release_timeout). Start them again in a minute; if it keeps failing, an administrator can help.",
+        id="move-release-timeout-two-plain",
+    ),
+    pytest.param(
+        "way-out",
+        "release-timeout",
+        "one",
+        "detail",
+        "'Pandas App' stopped, but the home volume was not released within 120 s (way_out_release_timeout); 'JupyterLab' was not started. Try starting it again in a minute; if it keeps failing, an administrator can help.",
+        id="way-out-release-timeout-one-detail",
+    ),
+    pytest.param(
+        "move",
+        "release-timeout",
+        "one",
+        "detail",
+        "'Pandas App' stopped, but the home volume was not released within 120 s (way_out_release_timeout). Start it again in a minute; if it keeps failing, an administrator can help.",
+        id="move-release-timeout-one-detail",
+    ),
+    pytest.param(
+        "way-out",
+        "release-timeout",
+        "two",
+        "detail",
+        "'JupyterLab' and 'B <b>' stopped, but the home volume was not released within 120 s (way_out_release_timeout); 'Pandas App' was not started. Try starting it again in a minute; if it keeps failing, an administrator can help.",
+        id="way-out-release-timeout-two-detail",
+    ),
+    pytest.param(
+        "move",
+        "release-timeout",
+        "two",
+        "detail",
+        "'JupyterLab' and 'B <b>' stopped, but the home volume was not released within 120 s (way_out_release_timeout). Start them again in a minute; if it keeps failing, an administrator can help.",
+        id="move-release-timeout-two-detail",
+    ),
+    pytest.param(
+        "way-out",
+        "start-failed",
+        "one",
+        "plain",
+        "'Pandas App' stopped, but 'JupyterLab' did not start.",
+        id="way-out-start-failed-one-plain",
+    ),
+    pytest.param(
+        "move",
+        "start-failed",
+        "one",
+        "plain",
+        "'Pandas App' stopped, but did not start again.",
+        id="move-start-failed-one-plain",
+    ),
+    pytest.param(
+        "way-out",
+        "start-failed",
+        "two",
+        "plain",
+        "'JupyterLab' and 'B <b>' stopped, but 'Pandas App' did not start.",
+        id="way-out-start-failed-two-plain",
+    ),
+    pytest.param(
+        "move",
+        "start-failed",
+        "two",
+        "plain",
+        "'JupyterLab' and 'B <b>' stopped, but did not start again.",
+        id="move-start-failed-two-plain",
+    ),
+    pytest.param(
+        "way-out",
+        "start-failed",
+        "one",
+        "detail",
+        "'Pandas App' stopped, but 'JupyterLab' did not start. Boom: x",
+        id="way-out-start-failed-one-detail",
+    ),
+    pytest.param(
+        "move",
+        "start-failed",
+        "one",
+        "detail",
+        "'Pandas App' stopped, but did not start again. Boom: x",
+        id="move-start-failed-one-detail",
+    ),
+    pytest.param(
+        "way-out",
+        "start-failed",
+        "two",
+        "detail",
+        "'JupyterLab' and 'B <b>' stopped, but 'Pandas App' did not start. Boom: x",
+        id="way-out-start-failed-two-detail",
+    ),
+    pytest.param(
+        "move",
+        "start-failed",
+        "two",
+        "detail",
+        "'JupyterLab' and 'B <b>' stopped, but did not start again. Boom: x",
+        id="move-start-failed-two-detail",
+    ),
+    pytest.param(
+        "way-out",
+        "something-new",
+        "one",
+        "plain",
+        "The way out did not finish (something-new); 'JupyterLab' was not started.",
+        id="way-out-something-new-one-plain",
+    ),
+    pytest.param(
+        "move",
+        "something-new",
+        "one",
+        "plain",
+        "The move did not finish (something-new).",
+        id="move-something-new-one-plain",
+    ),
+    pytest.param(
+        "way-out",
+        "something-new",
+        "two",
+        "plain",
+        "The way out did not finish (something-new); 'Pandas App' was not started.",
+        id="way-out-something-new-two-plain",
+    ),
+    pytest.param(
+        "way-out",
+        "stop-failed",
+        "none",
+        "plain",
+        "Stopping nothing did not finish; your default server was not started. Stop them on the home page, then start it again.",
+        id="way-out-stop-failed-none-plain",
+    ),
+    pytest.param(
+        "move",
+        "stop-failed",
+        "none",
+        "plain",
+        "Stopping nothing did not finish. Stop them on the home page, then start again.",
+        id="move-stop-failed-none-plain",
+    ),
+]
+
+
+@pytest.mark.parametrize(("family", "outcome", "shape", "extra", "expect"), ROWS)
+def test_a_way_out_or_move_that_stopped_part_way_says_exactly_this(
+    family, outcome, shape, extra, expect
+):
+    assert _words(family, outcome, shape, extra) == expect
+
+
+@pytest.mark.parametrize(("family", "outcome", "shape", "extra", "expect"), ROWS)
+def test_the_error_page_shows_the_same_words_escaped(family, outcome, shape, extra, expect):
+    way_out, move = SHAPES[shape]
+    names = NAMES if shape != "none" else None
+    if family == "way-out":
+        page = messages.way_out_failed_html(
+            outcome, display_names=names, **way_out, **EXTRAS[extra]
+        )
+        css = "colocate-way-out"
+    else:
+        page = messages.move_failed_html(outcome, display_names=names, **move, **EXTRAS[extra])
+        css = "colocate-move"
+    assert page == (
+        f'<div class="colocate-message {css}" style="text-align: left">{html.escape(expect)}</div>'
+    )
+
+
+# every outcome the handlers end in has words (as every reason and event code has)
+
+
+def _raised_outcomes() -> set[str]:
+    """The outcomes handlers.py ends a way out or a move with: the second argument (or
+    ``outcome=``) of every WayOutFailed / MoveFailed / ``_failed`` / ``failed`` / ``failure`` it
+    builds, and
+    what ``_start_failure`` returns."""
+    tree = ast.parse(inspect.getsource(handlers))
+    builders = {"WayOutFailed", "MoveFailed", "_failed", "failed", "failure"}
+    found: set[str] = set()
+    for call in ast.walk(tree):
+        if not isinstance(call, ast.Call):
+            continue
+        name = getattr(call.func, "id", None) or getattr(call.func, "attr", None)
+        if name not in builders:
+            continue
+        args = [*call.args[1:2], *(k.value for k in call.keywords if k.arg == "outcome")]
+        found |= {a.id for a in args if isinstance(a, ast.Name) and a.id.isupper()}
+    start_failure = next(
+        f for f in ast.walk(tree) if isinstance(f, ast.FunctionDef) and f.name == "_start_failure"
+    )
+    for ret in ast.walk(start_failure):
+        if isinstance(ret, ast.Return) and isinstance(ret.value, ast.Tuple):
+            found |= {e.id for e in ret.value.elts if isinstance(e, ast.Name)}
+    return {getattr(handlers, name) for name in found}
+
+
+def test_the_guard_finds_every_outcome_the_handlers_end_in():
+    assert _raised_outcomes() == set(handlers.FAILURES)
+
+
+@pytest.mark.parametrize("outcome", handlers.FAILURES)
+@pytest.mark.parametrize("family", ["way_out", "move"])
+def test_every_outcome_that_ends_a_way_out_or_a_move_has_words_of_its_own(family, outcome):
+    assert outcome in messages.OUTCOME_WORDS, outcome
+    text = messages.outcome_text(family, outcome, stopped=["a"], detail="why", seconds=5)
+    assert text.strip() and f"({outcome})" not in text, text
+
+
+@pytest.mark.parametrize("family", ["way_out", "move"])
+def test_an_outcome_without_words_names_itself_rather_than_an_empty_sentence(family):
+    text = messages.outcome_text(family, "a-code-from-the-future", stopped=["a"])
+    assert "did not finish (a-code-from-the-future)" in text, text
+
+
+# the wait for the release (JupyterHub's exponential_backoff): True once released, False at the
+# deadline, the deadline kept
+
+
+class _Attachments:
+    """What ``_released`` reads of a spawner: its live view's attachments of the home, the
+    volume still attached to cpu-1 for the first ``attached_reads`` reads."""
+
+    def __init__(self, attached_reads: int) -> None:
+        self.left = attached_reads
+        self.reads = 0
+
+    def home_pods(self, claims):
+        return []
+
+    def home_attached_nodes(self, claims):
+        self.reads += 1
+        self.left -= 1
+        return {"cpu-1"} if self.left >= 0 else set()
+
+
+async def _released(view: _Attachments, seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    return await handlers._released(
+        view, ["claim-alice"], ["app"], all_holders=True, node="cpu-1", deadline=deadline
+    )
+
+
+async def test_the_wait_for_the_release_ends_once_the_volume_is_detached():
+    view = _Attachments(attached_reads=3)
+    assert await _released(view, 30) is True
+    assert view.reads == 4
+
+
+async def test_the_wait_for_the_release_gives_up_at_the_deadline():
+    view = _Attachments(attached_reads=10**6)
+    assert await _released(view, 0.3) is False
+    assert view.reads >= 1
+
+
+async def test_a_deadline_already_past_still_looks_once():
+    view = _Attachments(attached_reads=0)
+    assert await _released(view, -1) is True
+    view = _Attachments(attached_reads=1)
+    assert await _released(view, -1) is False
+    assert view.reads == 1
