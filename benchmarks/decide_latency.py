@@ -424,6 +424,8 @@ async def probe(kubeconfig: str, which: str, loop_seconds: float) -> None:
     cls = ColocatingKubeSpawner if which == "colocate" else KubeSpawner
     spawners = await _checked_spawners(cls)
     spawner, manifest = spawners[0]
+    if which == "colocate":
+        spawner.colocation_share_pod_watch = True  # the one watch (off by default)
     print(f"rss after imports: {_rss_mib():.0f} MiB")
     await spawner._start_watching_events()
     gc.collect()

@@ -58,8 +58,9 @@ DEFAULT_IMAGE_PULL_GRACE_SECONDS = 120.0
 #: seconds a home still attached to another node that no pod uses (a detach under way) may keep
 #: a spawn waiting before it is ended (``detach_grace_seconds``; 0 or less: wait for start_timeout)
 DEFAULT_DETACH_GRACE_SECONDS = 60.0
-#: ``colocation_share_pod_watch``: KubeSpawner's pod reflector reads the live view's watch
-DEFAULT_SHARE_POD_WATCH = True
+#: ``colocation_share_pod_watch``: KubeSpawner's pod reflector reads the live view's watch (off: a
+#: silent watch of the view would hide a starting pod's Running until the view relists)
+DEFAULT_SHARE_POD_WATCH = False
 #: seconds a REST-requested refusal stays pending before it fails (``refusal_hold_seconds``)
 DEFAULT_REFUSAL_HOLD_SECONDS = 3.0
 #: what messages call the default server (``default_server_display_name``); None: chosen by

@@ -241,7 +241,10 @@ class ColocatingKubeSpawner(KubeSpawner):  # type: ignore[misc]  # KubeSpawner s
         watching the same pods a second time.  KubeSpawner's own reflector keeps every server
         pod whole and lists them all again every 10 s (one JSON parse of the whole list on the
         hub's event loop); the view keeps each pod slim, lists page by page, and lists again
-        only after a broken watch.  Default: True.  KubeSpawner's own reflector is used anyway
+        only after a broken watch.  Default: False: a watch of the view that goes quiet is
+        noticed only after ``colocation_watch_stale_seconds`` (75), and until then a starting
+        pod's Running is not seen (KubeSpawner's own relists every 10 s), which can outlast a
+        short ``start_timeout``.  KubeSpawner's own reflector is used anyway
         when the view's pods may not be listed (RBAC), and when KubeSpawner or a hook reads
         more of a pod than the view keeps (``internal_ssl``, ``services_enabled``,
         ``after_pod_created_hook``, ``get_pod_url``).  False: always KubeSpawner's own.

@@ -59,7 +59,7 @@ async def exit_container(kube, spawner, code: int) -> None:
 async def test_start_and_poll_read_the_live_views_watch_and_no_second_watch_runs(kube, spawners):
     await kube.create_node("cpu-1", cpu="8")
     await kube.create_bound_claim("claim-alice")
-    lab = spawners.make("alice")
+    lab = spawners.make("alice", colocation_share_pod_watch=True)
     url = await spawners.start(lab)
     assert url.startswith("http://127.")  # start() read the pod's IP from the reflector
     reflector = lab.pod_reflector
@@ -79,7 +79,7 @@ async def test_start_and_poll_read_the_live_views_watch_and_no_second_watch_runs
     assert f"{kube.namespace}/backup" not in reflector.pods
     assert sorted(reflector.pods) == [key]
 
-    app = spawners.make("alice", "app")
+    app = spawners.make("alice", "app", colocation_share_pod_watch=True)
     await spawners.start(app)
     assert app.pod_reflector is reflector  # one reflector for every spawner of the namespace
     await app.stop(now=True)  # returns once the reflector no longer has the pod
@@ -91,7 +91,7 @@ async def test_start_and_poll_read_the_live_views_watch_and_no_second_watch_runs
 async def test_a_server_pod_deleted_behind_the_hubs_back_polls_as_stopped(kube, spawners):
     await kube.create_node("cpu-1", cpu="8")
     await kube.create_bound_claim("claim-alice")
-    lab = spawners.make("alice")
+    lab = spawners.make("alice", colocation_share_pod_watch=True)
     await spawners.start(lab)
     assert isinstance(lab.pod_reflector, SharedPodReflector)
     await kube.core.delete_namespaced_pod(lab.pod_name, kube.namespace, grace_period_seconds=0)
@@ -101,7 +101,7 @@ async def test_a_server_pod_deleted_behind_the_hubs_back_polls_as_stopped(kube, 
 async def test_a_server_whose_container_exited_polls_its_exit_code(kube, spawners):
     await kube.create_node("cpu-1", cpu="8")
     await kube.create_bound_claim("claim-alice")
-    lab = spawners.make("alice", delete_stopped_pods=False)
+    lab = spawners.make("alice", delete_stopped_pods=False, colocation_share_pod_watch=True)
     await spawners.start(lab)
     assert isinstance(lab.pod_reflector, SharedPodReflector)
     await exit_container(kube, lab, 3)
@@ -113,7 +113,7 @@ async def test_with_only_the_z2jh_role_the_reflector_reads_the_namespaces_own_wa
     await kube.create_bound_claim("claim-alice")
     await grant_z2jh_hub_role(kube, "hub")
     await spawners.use_credentials(kube.user_kubeconfig("hub"))
-    lab = spawners.make("alice")
+    lab = spawners.make("alice", colocation_share_pod_watch=True)
     await spawners.start(lab)
     reflector = lab.pod_reflector
     assert isinstance(reflector, SharedPodReflector)
@@ -141,6 +141,7 @@ async def test_a_hook_that_reads_the_whole_pod_gets_kubespawners_own_reflector(k
     seen = []
     lab = spawners.make(
         "alice",
+        colocation_share_pod_watch=True,
         after_pod_created_hook=lambda spawner, pod: seen.append(pod["spec"]["containers"][0]),
     )
     await spawners.start(lab)
