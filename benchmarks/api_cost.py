@@ -19,7 +19,10 @@ Measured twice, with the two permission sets a hub has: zero-to-jupyterhub's hub
 optional ClusterRole of examples/rbac.yaml, and the hub Role alone.  The spawners talk to the API
 as a user bound to exactly those roles.
 
-    python -m benchmarks.api_cost [--spawns 20]
+    python -m benchmarks.api_cost [--spawns 20] [--share-pod-watch]
+
+``--share-pod-watch`` sets ``colocation_share_pod_watch`` (off by default) on ours: KubeSpawner's
+pod reflector then reads the live view's watch instead of listing and watching the pods itself.
 
 Last line: ``api requests per spawn: clusterrole stock=X colocate=Y (+D); z2jh-role ...``.
 """
@@ -112,7 +115,7 @@ async def prepare(cp, namespace: str, users: int, user: str, mode: str) -> None:
         await admin.close()
 
 
-async def measure(cp, cls, namespace: str, users: int, kubeconfig: str) -> dict:
+async def measure(cp, cls, namespace: str, users: int, kubeconfig: str, **traits) -> dict:
     """Spawn a lab and an app for each user as ``kubeconfig``'s user; the request deltas per
     stage.  Runs in its own event loop: KubeSpawner keeps one API client per loop."""
     await _cluster.use_credentials(kubeconfig)
@@ -120,11 +123,11 @@ async def measure(cp, cls, namespace: str, users: int, kubeconfig: str) -> dict:
 
     stages = {}
     before = _cluster.apiserver_request_totals(cp)
-    labs = [_cluster.make_spawner(cls, namespace, f"u{i}") for i in range(users)]
+    labs = [_cluster.make_spawner(cls, namespace, f"u{i}", **traits) for i in range(users)]
     for spawner in labs:
         await spawner.start()
     after_labs = _cluster.apiserver_request_totals(cp)
-    apps = [_cluster.make_spawner(cls, namespace, f"u{i}", "app") for i in range(users)]
+    apps = [_cluster.make_spawner(cls, namespace, f"u{i}", "app", **traits) for i in range(users)]
     for spawner in apps:
         await spawner.start()
     await asyncio.sleep(1)  # the scheduler's events and the stub's status updates land
@@ -165,12 +168,13 @@ def report(mode: str, stock: dict, ours: dict, users: int) -> tuple[float, float
     return s, o
 
 
-def main_run(spawns: int) -> None:
+def main_run(spawns: int, share_pod_watch: bool = False) -> None:
     from kubespawner import KubeSpawner
 
     from nebari_colocate import ColocatingKubeSpawner
 
     users = max(1, spawns // 2)
+    share = share_pod_watch
     results = {}
     with _cluster.control_plane(kubelet_stub=True) as cp:
 
@@ -192,10 +196,14 @@ def main_run(spawns: int) -> None:
                 namespace, user = f"cost-{mode}-{tag}", f"hub-{mode}-{tag}"
                 asyncio.run(prepare(cp, namespace, users, user, mode))
                 kubeconfig = cp.user_kubeconfig(user)
-                per_class[tag] = asyncio.run(measure(cp, cls, namespace, users, kubeconfig))
+                traits = {"colocation_share_pod_watch": True} if share and tag != "stock" else {}
+                per_class[tag] = asyncio.run(
+                    measure(cp, cls, namespace, users, kubeconfig, **traits)
+                )
             results[mode] = per_class
 
     print(f"machine: {_cluster.machine()}")
+    print(f"colocation_share_pod_watch: {share}")
     summary = []
     for mode in RBAC_MODES:
         s, o = report(mode, results[mode]["stock"], results[mode]["colocate"], users)
@@ -206,8 +214,13 @@ def main_run(spawns: int) -> None:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--spawns", type=int, default=20, help="spawns per class (even)")
+    parser.add_argument(
+        "--share-pod-watch",
+        action="store_true",
+        help="ours with colocation_share_pod_watch = True (off by default)",
+    )
     args = parser.parse_args(argv)
-    main_run(args.spawns)
+    main_run(args.spawns, args.share_pod_watch)
     return 0
 
 

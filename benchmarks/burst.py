@@ -27,7 +27,7 @@ nodes, after each round) and errors (any exception of a start, a pod not running
 Last line: ``burst: users=100 stock p50=… s p99=… s ours p50=… s p99=… s ratio-p99=…; check
 p99=… ms; splits=0 errors=0`` (p50 and p99 over both rounds).
 
-    python -m benchmarks.burst [--users 100] [--nodes 10] [--spans]
+    python -m benchmarks.burst [--users 100] [--nodes 10] [--spans] [--share-pod-watch]
 """
 
 from __future__ import annotations
@@ -52,6 +52,8 @@ STOCK, OURS = "stock", "ours"
 #: both classes: KubeSpawner's own API timeouts (3 s a request, 30 s of retries; the tests' base
 #: configuration shortens the retries to 15 s), and room to start on a busy machine
 TRAITS = {"k8s_api_request_timeout": 3, "k8s_api_request_retry_timeout": 30, "start_timeout": 120}
+#: ours only (``--share-pod-watch`` adds colocation_share_pod_watch)
+OURS_TRAITS: dict = {}
 ROUNDS = ((1, ""), (2, "app"))
 
 
@@ -146,7 +148,9 @@ def spawner_for(tag: str, namespace: str, user: str, server: str):
             KubeSpawner, namespace, user, server, **TRAITS, **legacy_affinity(user)
         )
     else:
-        spawner = _cluster.make_spawner(ColocatingKubeSpawner, namespace, user, server, **TRAITS)
+        spawner = _cluster.make_spawner(
+            ColocatingKubeSpawner, namespace, user, server, **TRAITS, **OURS_TRAITS
+        )
     spawner.log.setLevel(logging.ERROR)
     return spawner
 
@@ -293,7 +297,14 @@ def main(argv: list[str] | None = None) -> int:
         "--order", default=f"{STOCK},{OURS}", help="which class bursts first (stock,ours)"
     )
     parser.add_argument("--spans", action="store_true", help="where the check's awaits wait")
+    parser.add_argument(
+        "--share-pod-watch",
+        action="store_true",
+        help="ours with colocation_share_pod_watch = True (off by default)",
+    )
     args = parser.parse_args(argv)
+    if args.share_pod_watch:
+        OURS_TRAITS["colocation_share_pod_watch"] = True
     order = args.order.split(",")
     if not order or not set(order) <= {STOCK, OURS} or len(set(order)) != len(order):
         parser.error("--order: stock,ours or ours,stock (or one of them alone, to look closer)")
@@ -309,6 +320,7 @@ def main(argv: list[str] | None = None) -> int:
             asyncio.run(burst(cp, tag, users, records[tag]))
             print(f"[{tag}] done; loadavg {loadavg()}", flush=True)
     print(f"machine: {_cluster.machine()}")
+    print(f"colocation_share_pod_watch: {OURS_TRAITS.get('colocation_share_pod_watch', False)}")
     report({tag: records[tag] for tag in order}, args.spans)
     print(f"loadavg at end: {loadavg()}")
     print(summary(args.users, records))
