@@ -174,7 +174,7 @@ def main_run(spawns: int, share_pod_watch: bool = False) -> None:
     from nebari_colocate import ColocatingKubeSpawner
 
     users = max(1, spawns // 2)
-    share = share_pod_watch
+    ours_traits = {"colocation_share_pod_watch": True} if share_pod_watch else {}
     results = {}
     with _cluster.control_plane(kubelet_stub=True) as cp:
 
@@ -196,14 +196,14 @@ def main_run(spawns: int, share_pod_watch: bool = False) -> None:
                 namespace, user = f"cost-{mode}-{tag}", f"hub-{mode}-{tag}"
                 asyncio.run(prepare(cp, namespace, users, user, mode))
                 kubeconfig = cp.user_kubeconfig(user)
-                traits = {"colocation_share_pod_watch": True} if share and tag != "stock" else {}
+                traits = ours_traits if cls is ColocatingKubeSpawner else {}
                 per_class[tag] = asyncio.run(
                     measure(cp, cls, namespace, users, kubeconfig, **traits)
                 )
             results[mode] = per_class
 
     print(f"machine: {_cluster.machine()}")
-    print(f"colocation_share_pod_watch: {share}")
+    print(f"colocation_share_pod_watch: {share_pod_watch}")
     summary = []
     for mode in RBAC_MODES:
         s, o = report(mode, results[mode]["stock"], results[mode]["colocate"], users)
