@@ -58,9 +58,12 @@ DEFAULT_IMAGE_PULL_GRACE_SECONDS = 120.0
 #: seconds a home still attached to another node that no pod uses (a detach under way) may keep
 #: a spawn waiting before it is ended (``detach_grace_seconds``; 0 or less: wait for start_timeout)
 DEFAULT_DETACH_GRACE_SECONDS = 60.0
-#: ``colocation_share_pod_watch``: KubeSpawner's pod reflector reads the live view's watch (off: a
-#: silent watch of the view would hide a starting pod's Running until the view relists)
-DEFAULT_SHARE_POD_WATCH = False
+#: ``colocation_share_pod_watch``: KubeSpawner's pod reflector reads the live view's watch (a pod a
+#: spawn waits on is read by name while that watch is quiet: ``shared_reflector``)
+DEFAULT_SHARE_POD_WATCH = True
+#: seconds the dry run of a pinned pod serves the pods of the same shape
+#: (``colocation_dry_run_reuse_seconds``; 0 or less: a dry run for every pinned pod)
+DEFAULT_DRY_RUN_REUSE_SECONDS = 600.0
 #: seconds a REST-requested refusal stays pending before it fails (``refusal_hold_seconds``)
 DEFAULT_REFUSAL_HOLD_SECONDS = 3.0
 #: what messages call the default server (``default_server_display_name``); None: chosen by
@@ -268,6 +271,10 @@ SETTINGS: Mapping[str, Setting] = {
     ),
     "colocation_share_pod_watch": Setting(
         DEFAULT_SHARE_POD_WATCH, lambda value: check_flag("colocation_share_pod_watch", value)
+    ),
+    "colocation_dry_run_reuse_seconds": Setting(
+        DEFAULT_DRY_RUN_REUSE_SECONDS,
+        lambda value: check_seconds("colocation_dry_run_reuse_seconds", value),
     ),
     "unschedulable_grace_seconds": Setting(
         DEFAULT_UNSCHEDULABLE_GRACE_SECONDS,

@@ -90,6 +90,7 @@ NOT_EXPOSED = (
     "colocation_watch_stale_seconds",
     "fail_fast_on_events",
     "colocation_share_pod_watch",
+    "colocation_dry_run_reuse_seconds",
     "unschedulable_grace_seconds",
     "image_pull_grace_seconds",
     "detach_grace_seconds",

@@ -131,7 +131,8 @@ def view_collectors() -> dict[str, Any]:
         "dry_runs": _get_or_create(
             Counter,
             f"{PREFIX}_dry_runs_total",
-            "Server-side dry runs of a pinned pod, by outcome (admitted, refused, failed)",
+            "Server-side dry runs of a pinned pod, by outcome (admitted, refused, failed; reused: "
+            "a pinned check took the last dry run of a pod of the same shape)",
             ("outcome",),
         ),
     }

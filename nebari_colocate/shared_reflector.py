@@ -13,17 +13,40 @@ keep every field KubeSpawner reads of them.
 
 When the view's pods may not be listed (RBAC), the spawner falls back to KubeSpawner's own
 reflector (:meth:`nebari_colocate.spawner.ColocatingKubeSpawner._start_watching_pods`).
+
+A watch that goes quiet must not hide a start or a stop: KubeSpawner's own reflector lists its pods
+again every 10 s, while the view's watch is long and may look open on a dead network path for
+``stale_after`` seconds.  So while a spawn waits on its pod (``HubWatches.awaited_pods``: the
+spawner's ``start`` and ``stop``), and the view's pods are not live or were quiet for
+:data:`CLOSE_QUIET_SECONDS`, the reflector reads that one pod by name (a namespaced GET, which the
+z2jh hub Role allows), every second at first and then less often (up to
+:data:`CLOSE_MAX_INTERVAL` seconds), and keeps what it read unless the watch brings a newer
+version.  A busy watch costs nothing more; a quiet one costs one GET per waiting spawn now and
+then, where KubeSpawner's reflector would list every server pod every 10 s.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from .informer import Collection, HubWatches, cache_key
+from .kubeapi import read_json_or_none
 from .objects import JsonDict, Obj
+
+log = logging.getLogger(__name__)
+
+#: seconds the view's pod watch may be quiet (no event, no bookmark) before a pod a spawn waits on
+#: is read by name
+CLOSE_QUIET_SECONDS = 5.0
+#: the first and the longest pause between two such reads of one pod
+CLOSE_MIN_INTERVAL = 1.0
+CLOSE_MAX_INTERVAL = 8.0
+#: seconds one such read may take
+CLOSE_READ_TIMEOUT = 10.0
 
 
 def selects(obj: Obj, namespace: str | None, labels: Mapping[str, str]) -> bool:
@@ -34,6 +57,19 @@ def selects(obj: Obj, namespace: str | None, labels: Mapping[str, str]) -> bool:
         return False
     have = meta.get("labels") or {}
     return all(have.get(key) == value for key, value in labels.items())
+
+
+def older(obj: Obj, than: Obj) -> bool:
+    """Whether ``obj`` is an older version of the object ``than`` is: both resourceVersions are
+    whole numbers (etcd's revisions, as kube-apiserver gives them) and ``obj``'s is smaller.
+    Unknown (not numbers): False.  (pure)"""
+    mine = (obj.get("metadata") or {}).get("resourceVersion")
+    theirs = (than.get("metadata") or {}).get("resourceVersion")
+    if not (isinstance(mine, str) and isinstance(theirs, str)):
+        return False
+    if not (mine.isdigit() and theirs.isdigit()):
+        return False
+    return int(mine) < int(theirs)
 
 
 class PodSelection(Mapping[str, JsonDict]):
@@ -47,10 +83,30 @@ class PodSelection(Mapping[str, JsonDict]):
         self._pods: dict[str, JsonDict] = {}
 
     def change(self, old: JsonDict | None, new: JsonDict | None) -> None:
+        if new is not None:
+            have = self._pods.get(cache_key(new))
+            if have is not None and older(new, have):
+                return  # a read by name already showed a newer version (a quiet watch catching up)
         if old is not None:
             self._pods.pop(cache_key(old), None)
         if new is not None and selects(new, self.namespace, self.labels):
             self._pods[cache_key(new)] = new
+
+    def read(self, key: str, pod: JsonDict | None) -> None:
+        """What a read of the pod ``key`` by name answered (None: not found), unless the store
+        holds a newer version already."""
+        have = self._pods.get(key)
+        if pod is None:
+            self._pods.pop(key, None)
+        elif have is None or not older(pod, have):
+            if selects(pod, self.namespace, self.labels):
+                self._pods[key] = pod
+            else:
+                self._pods.pop(key, None)
+
+    def selects_key(self, key: str) -> bool:
+        """Whether a pod of this key may be one of this selection's (its namespace)."""
+        return self.namespace is None or key.startswith(f"{self.namespace}/")
 
     def fill(self, pods: Iterable[JsonDict]) -> None:
         for pod in pods:
@@ -90,6 +146,9 @@ class SharedPodReflector:
         self.first_load_future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._selection = PodSelection(namespace, labels)
         self._listening = False
+        self._close_task: asyncio.Task[None] | None = None
+        #: reads by name of awaited pods while the watch was quiet (tests and benchmarks count)
+        self.close_reads = 0
 
     @property
     def pods(self) -> Mapping[str, JsonDict]:
@@ -121,6 +180,47 @@ class SharedPodReflector:
         if source.forbidden:
             raise PodWatchUnavailable(source.error or f"{source.name}: forbidden")
         self._selection.fill(source.items.values())
+        self._close_task = asyncio.ensure_future(self._watch_awaited_pods())
+
+    @property
+    def closed(self) -> bool:
+        """The view's watches this reflector reads were stopped (``ClusterView.stop_all``, a
+        hub's shutdown): it must be replaced, it will never change again."""
+        return self.hub.closed
+
+    def _awaited_keys(self) -> list[str]:
+        keys = {key() for key in list(self.hub.awaited_pods.values())}
+        return sorted(k for k in keys if self._selection.selects_key(k))
+
+    async def _watch_awaited_pods(self) -> None:
+        """The module docstring's close watch: read by name the pods spawns wait on while the
+        view's pods are not live or quiet."""
+        interval = CLOSE_MIN_INTERVAL
+        while self._listening:
+            await asyncio.sleep(interval)
+            source = self.source()
+            keys = self._awaited_keys()
+            if not keys or (source.live and source.quiet_seconds() < CLOSE_QUIET_SECONDS):
+                interval = CLOSE_MIN_INTERVAL
+                continue
+            await asyncio.gather(*(self._read(key) for key in keys))
+            interval = min(interval * 2, CLOSE_MAX_INTERVAL)
+
+    async def _read(self, key: str) -> None:
+        namespace, _, name = key.partition("/")
+        try:
+            pod = await read_json_or_none(
+                self.hub.core.read_namespaced_pod,
+                name,
+                namespace,
+                _request_timeout=CLOSE_READ_TIMEOUT,
+            )
+        except Exception as exc:  # the next turn tries again; the watch may come back first
+            log.info("colocate: could not read pod %s while its watch is quiet: %s", key, exc)
+            return
+        self.close_reads += 1
+        if self._listening:
+            self._selection.read(key, None if pod is None else self.hub.slim(pod))
 
     async def _settled(self) -> None:
         await self.hub.all_pods.settled.wait()
@@ -147,6 +247,11 @@ class SharedPodReflector:
         if self._listening:
             self._listening = False
             self.hub.pod_listeners.pop(id(self), None)
+        task, self._close_task = self._close_task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(BaseException):
+                await task
 
     def __repr__(self) -> str:
         where = self.namespace or "all namespaces"

@@ -23,7 +23,7 @@ import asyncio
 import contextlib
 import json
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
 from datetime import datetime, timezone
 from types import SimpleNamespace
 from typing import Any, ClassVar, NoReturn
@@ -42,6 +42,7 @@ from traitlets import (
 )
 
 from . import messages, metrics
+from .admission import as_admitted, shape_key
 from .affinity import NODEPOOL_LABEL, apply_decision, avoid_nodes, user_colocation_keys
 from .config import (
     ACCESS_MODES,
@@ -49,6 +50,7 @@ from .config import (
     DEFAULT_ACCESS_MODE,
     DEFAULT_CHECK_TIMEOUT,
     DEFAULT_DETACH_GRACE_SECONDS,
+    DEFAULT_DRY_RUN_REUSE_SECONDS,
     DEFAULT_FAIL_FAST_ON_EVENTS,
     DEFAULT_IMAGE_PULL_GRACE_SECONDS,
     DEFAULT_LABEL_KEY,
@@ -241,13 +243,31 @@ class ColocatingKubeSpawner(KubeSpawner):  # type: ignore[misc]  # KubeSpawner s
         watching the same pods a second time.  KubeSpawner's own reflector keeps every server
         pod whole and lists them all again every 10 s (one JSON parse of the whole list on the
         hub's event loop); the view keeps each pod slim, lists page by page, and lists again
-        only after a broken watch.  Default: False: a watch of the view that goes quiet is
-        noticed only after ``colocation_watch_stale_seconds`` (75), and until then a starting
-        pod's Running is not seen (KubeSpawner's own relists every 10 s), which can outlast a
-        short ``start_timeout``.  KubeSpawner's own reflector is used anyway
+        only after a broken watch.  While a start or a stop waits on its pod and the view's
+        watch of the pods is quiet (5 s without an event or a bookmark) or broken, that pod is
+        read by name (one GET, every 1 s at first, every 8 s at most), so a watch that goes
+        silent on a dead network path does not hide a starting pod's Running.  Default: True.
+        KubeSpawner's own reflector is used anyway
         when the view's pods may not be listed (RBAC), and when KubeSpawner or a hook reads
         more of a pod than the view keeps (``internal_ssl``, ``services_enabled``,
         ``after_pod_created_hook``, ``get_pod_url``).  False: always KubeSpawner's own.
+        """,
+    )
+
+    colocation_dry_run_reuse_seconds = Float(
+        DEFAULT_DRY_RUN_REUSE_SECONDS,
+        config=True,
+        help="""
+        Seconds the server-side dry run of a pinned pod serves the pinned pods of the same
+        shape: the same namespace, images, resources, node selector, tolerations, affinity,
+        RuntimeClass, priority class and service account (names, labels, environment and
+        claims may differ).  Their check is taken on the pod with the admitted fields of that
+        dry run (resources, overhead, tolerations, affinity...) instead of a dry run of its own,
+        and checks that ask at once share the one dry run in flight: a class whose 100 users
+        each start an app makes one dry run, not 100.  A webhook that sets resources from the
+        pod's user would be judged by another user's pod; the pod is then refused on
+        kube-scheduler's FailedScheduling at once instead of before it is created.  0 or less: a
+        dry run for every pinned pod.  Default: 600.
         """,
     )
 
@@ -471,6 +491,8 @@ class ColocatingKubeSpawner(KubeSpawner):  # type: ignore[misc]  # KubeSpawner s
         key = self._get_reflector_key("pods")
         reflectors = type(self).reflectors  # KubeSpawner's class-level dict, never redefined
         current = reflectors.get(key)
+        if isinstance(current, SharedPodReflector) and current.closed:
+            replace = True  # its watches were stopped: it would never change again
         if current is not None and not replace:
             if not current.first_load_future.done():
                 await current.first_load_future
@@ -505,6 +527,22 @@ class ColocatingKubeSpawner(KubeSpawner):  # type: ignore[misc]  # KubeSpawner s
         if current is not None and current is not reflector:
             await current.stop()
         return reflector
+
+    @contextlib.contextmanager
+    def _awaiting_pod(self) -> Iterator[None]:
+        """While KubeSpawner waits on this server's pod (its start, its stop), the shared
+        reflector reads the pod by name should the view's watch go quiet
+        (:mod:`nebari_colocate.shared_reflector`)."""
+        if not self._shares_pod_watch():
+            yield
+            return
+        awaited = HubWatches.of_running_loop(self.api.api_client).awaited_pods
+        token = object()
+        awaited[token] = lambda: f"{self.namespace}/{self.pod_name}"
+        try:
+            yield
+        finally:
+            awaited.pop(token, None)
 
     async def _stock_pod_reflector(self, shared: SharedPodReflector) -> Any:
         """KubeSpawner's own pod reflector in place of ``shared``; spawners awaiting
@@ -589,6 +627,33 @@ class ColocatingKubeSpawner(KubeSpawner):  # type: ignore[misc]  # KubeSpawner s
         return await self._direct_state(pod)
 
     async def _admitted(self, pod: JsonDict, deadline: float) -> JsonDict | None:
+        """The pod after admission, or None (logged) when refused: as the last dry run of a
+        pod of the same shape admitted it (``colocation_dry_run_reuse_seconds``), else by a dry
+        run of its own, which the checks of the same shape that ask meanwhile wait for."""
+        reuse = self.colocation_dry_run_reuse_seconds
+        if reuse <= 0:
+            return await self._admitted_alone(pod, deadline)
+        models = HubWatches.of_running_loop(self.api.api_client).admission
+        key = shape_key(pod)
+        model = models.model(key, reuse)
+        pending = models.pending(key) if model is None else None
+        if pending is not None:
+            remaining = deadline - time.perf_counter()
+            with contextlib.suppress(Exception):
+                model = await asyncio.wait_for(asyncio.shield(pending), max(remaining, 0.001))
+        if model is not None:
+            models.reused += 1
+            metrics.observe_dry_run("reused")
+            return as_admitted(pod, model)
+        future = models.begin(key)
+        admitted: JsonDict | None = None
+        try:
+            admitted = await self._admitted_alone(pod, deadline)
+        finally:
+            models.end(key, future, admitted)
+        return admitted
+
+    async def _admitted_alone(self, pod: JsonDict, deadline: float) -> JsonDict | None:
         """The pod after admission (server-side dry run), or None (logged) when refused."""
         remaining = deadline - time.perf_counter()
         try:
@@ -1089,7 +1154,8 @@ class ColocatingKubeSpawner(KubeSpawner):  # type: ignore[misc]  # KubeSpawner s
         self._connection_error = None
         started = time.time()
         try:
-            return await self._start_failing_fast()
+            with self._awaiting_pod():
+                return await self._start_failing_fast()
         except Exception as exc:
             fault = api_fault(exc)
             if fault is None:
@@ -1101,6 +1167,12 @@ class ColocatingKubeSpawner(KubeSpawner):  # type: ignore[misc]  # KubeSpawner s
             raise self._api_fault_error(exc, *fault, started=started) from exc
         finally:
             self.colocation_move_off = ()  # for one start only
+
+    async def stop(self, now: bool = False) -> None:
+        """KubeSpawner's stop; its wait for the pod to be gone reads the pod by name should the
+        shared reflector's watch go quiet."""
+        with self._awaiting_pod():
+            await super().stop(now=now)
 
     def _api_fault_error(
         self, exc: BaseException, fault: str, detail: str, *, started: float

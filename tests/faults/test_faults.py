@@ -15,6 +15,7 @@ import logging
 
 import pytest
 
+from nebari_colocate.shared_reflector import SharedPodReflector
 from nebari_colocate.spawner import ColocatingKubeSpawner
 from nebari_colocate.view import ClusterView
 from tests.support import helpers
@@ -267,6 +268,13 @@ async def test_a_silent_watch_does_not_hide_a_pod_that_starts_holding_the_home(h
         lab = hub.make("alice", colocation_check_timeout=5.0)
         outcome = await hub.spawn(lab)
         assert outcome.started, outcome.error
+        # KubeSpawner's pod reflector is the view's (one watch of the pods): the silent watch
+        # never showed the lab's pod, so the start saw it Running by reading it by name
+        reflector = lab.pod_reflector
+        assert isinstance(reflector, SharedPodReflector), reflector
+        assert reflector.close_reads > 0
+        assert reflector.source().name == "pods (all namespaces)"
+        assert not view.has_pod(hub.namespace, lab.pod_name)  # the watch is still silent
         decision = lab._colocation_decision
         assert (decision.node, decision.holders) == (node, ["backup-alice"])
         assert await pinned_node(hub, lab) == node

@@ -70,6 +70,7 @@ BAD_VALUES = {
     "colocation_watch_stale_seconds": 10,
     "fail_fast_on_events": "yes",
     "colocation_share_pod_watch": "no",
+    "colocation_dry_run_reuse_seconds": "600",
     "unschedulable_grace_seconds": math.nan,
     "image_pull_grace_seconds": math.inf,
     "detach_grace_seconds": -math.inf,

@@ -14,7 +14,7 @@ import pytest
 from kubespawner import KubeSpawner
 
 from nebari_colocate.informer import Collection
-from nebari_colocate.shared_reflector import PodSelection, reflector_fields_ok, selects
+from nebari_colocate.shared_reflector import PodSelection, older, reflector_fields_ok, selects
 from nebari_colocate.slim import Shared, slim_pod
 from tests.support.builders import pod
 
@@ -101,6 +101,114 @@ async def test_a_relist_gives_the_loop_turns_and_never_drops_a_pod_in_both_lists
     assert turns > 10 and missing == 0
     assert sorted(selection) == sorted(f"jhub/{p['metadata']['name']}" for p in fresh)
     assert store.items.keys() == selection.keys()
+
+
+def versioned(name: str, version: str | None, phase: str = "Pending", **labels: str) -> dict:
+    p = labelled(name, **(labels or {"component": SRV}))
+    if version is not None:
+        p["metadata"]["resourceVersion"] = version
+    p["status"] = {"phase": phase}
+    return p
+
+
+@pytest.mark.parametrize(
+    "mine, theirs, expected",
+    [
+        ("5", "7", True),
+        ("7", "5", False),
+        ("7", "7", False),
+        ("9", "10", True),  # numbers, not strings: "9" > "10" as text
+        ("abc", "7", False),  # not etcd's: unknown, so not older
+        (None, "7", False),
+        ("7", None, False),
+        ("", "7", False),
+    ],
+)
+def test_an_older_version_is_a_smaller_whole_resource_version(mine, theirs, expected):
+    assert older(versioned("a", mine), versioned("a", theirs)) is expected
+
+
+@pytest.mark.parametrize(
+    "name, steps, expected",
+    [
+        # each step: ("watch", old, new) as the store's change, or ("read", pod or None)
+        (
+            "a read of a pod the quiet watch never showed adds it",
+            [("read", versioned("a", "5", "Running"))],
+            "Running",
+        ),
+        (
+            "the watch catching up with an older version does not undo the read",
+            [
+                ("read", versioned("a", "7", "Running")),
+                ("watch", None, versioned("a", "5", "Pending")),
+            ],
+            "Running",
+        ),
+        (
+            "the watch's newer version wins over the read",
+            [
+                ("read", versioned("a", "7", "Running")),
+                ("watch", None, versioned("a", "9", "Succeeded")),
+            ],
+            "Succeeded",
+        ),
+        (
+            "a read older than what the watch gave is ignored",
+            [
+                ("watch", None, versioned("a", "9", "Running")),
+                ("read", versioned("a", "7", "Pending")),
+            ],
+            "Running",
+        ),
+        (
+            "a read answering 404 drops the pod",
+            [("watch", None, versioned("a", "9", "Running")), ("read", None)],
+            None,
+        ),
+        (
+            "a read of a pod relabelled out of the selection drops it",
+            [
+                ("watch", None, versioned("a", "9", "Running")),
+                ("read", versioned("a", "11", "Running", component="other")),
+            ],
+            None,
+        ),
+        (
+            "the watch's delete after a read removes the pod",
+            [
+                ("read", versioned("a", "7", "Running")),
+                ("watch", versioned("a", "7", "Running"), None),
+            ],
+            None,
+        ),
+        (
+            "versions that are not numbers: the latest answer wins",
+            [
+                ("read", versioned("a", "x", "Running")),
+                ("watch", None, versioned("a", "y", "Pending")),
+            ],
+            "Pending",
+        ),
+    ],
+)
+def test_reads_by_name_and_watch_changes_keep_the_newest_version(name, steps, expected):
+    selection = PodSelection("jhub", SERVER)
+    for step in steps:
+        if step[0] == "read":
+            selection.read("jhub/a", step[1])
+        else:
+            selection.change(step[1], step[2])
+    got = selection.get("jhub/a")
+    assert (None if got is None else got["status"]["phase"]) == expected, name
+
+
+@pytest.mark.parametrize(
+    "namespace, key, expected",
+    [("jhub", "jhub/a", True), ("jhub", "other/a", False), (None, "other/a", True)],
+)
+def test_a_selection_reads_by_name_only_the_pods_of_its_namespace(namespace, key, expected):
+    assert PodSelection(namespace, SERVER).selects_key(key) is expected
 
 
 def test_the_selection_is_read_only():
