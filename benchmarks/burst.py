@@ -46,13 +46,15 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import _cluster
+from nebari_colocate.config import DEFAULT_SHARE_POD_WATCH
 from tests.support.spawning import legacy_affinity
 
 STOCK, OURS = "stock", "ours"
+SHARE = DEFAULT_SHARE_POD_WATCH
 #: both classes: KubeSpawner's own API timeouts (3 s a request, 30 s of retries; the tests' base
 #: configuration shortens the retries to 15 s), and room to start on a busy machine
 TRAITS = {"k8s_api_request_timeout": 3, "k8s_api_request_retry_timeout": 30, "start_timeout": 120}
-#: ours only (``--share-pod-watch`` adds colocation_share_pod_watch)
+#: ours only (``--no-share-pod-watch`` sets colocation_share_pod_watch = False)
 OURS_TRAITS: dict = {}
 ROUNDS = ((1, ""), (2, "app"))
 
@@ -81,6 +83,8 @@ class Record:
         self.start_seconds: dict[int, list[float]] = {n: [] for n, _ in ROUNDS}
         self.check_seconds: dict[int, list[float]] = {n: [] for n, _ in ROUNDS}
         self.dry_run_seconds: dict[int, list[float]] = {n: [] for n, _ in ROUNDS}
+        #: the dry runs' own round trips (awaited or not; 0 when another pod's was reused)
+        self.round_trip_seconds: dict[int, list[float]] = {n: [] for n, _ in ROUNDS}
         self.spans: dict[int, dict[str, list[float]]] = {n: {} for n, _ in ROUNDS}
         self.loop_stall: dict[int, float] = {}
         self.wall: dict[int, float] = {}
@@ -167,6 +171,7 @@ async def timed_start(spawner, record: Record, round_number: int) -> None:
     if timings:
         record.check_seconds[round_number].append(timings["check"] + timings["dry_run"])
         record.dry_run_seconds[round_number].append(timings["dry_run"])
+        record.round_trip_seconds[round_number].append(timings.get("dry_run_round_trip", 0.0))
 
 
 async def check_cluster(api, namespace: str, expected: int, record: Record) -> None:
@@ -255,10 +260,12 @@ def report(records: dict[str, Record], spans: bool) -> None:
             checks = record.check_seconds[round_number]
             if checks:
                 dry = record.dry_run_seconds[round_number]
+                trips = [t for t in record.round_trip_seconds[round_number] if t > 0]
                 line += (
                     f"; check p50={_ms(statistics.median(checks))} ms "
-                    f"p99={_ms(percentile(checks, 0.99))} ms (dry run p99="
-                    f"{_ms(percentile(dry, 0.99))} ms)"
+                    f"p99={_ms(percentile(checks, 0.99))} ms (waiting for the dry run p99="
+                    f"{_ms(percentile(dry, 0.99))} ms; dry runs {len(trips)} of {len(checks)}, "
+                    f"round trip p99={_ms(percentile(trips, 0.99))} ms)"
                 )
             print(line)
             if spans:
@@ -299,12 +306,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--spans", action="store_true", help="where the check's awaits wait")
     parser.add_argument(
         "--share-pod-watch",
-        action="store_true",
-        help="ours with colocation_share_pod_watch = True (off by default)",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="ours with colocation_share_pod_watch on or off (default: the library's, on)",
     )
     args = parser.parse_args(argv)
-    if args.share_pod_watch:
-        OURS_TRAITS["colocation_share_pod_watch"] = True
+    if args.share_pod_watch is not None:
+        OURS_TRAITS["colocation_share_pod_watch"] = args.share_pod_watch
     order = args.order.split(",")
     if not order or not set(order) <= {STOCK, OURS} or len(set(order)) != len(order):
         parser.error("--order: stock,ours or ours,stock (or one of them alone, to look closer)")
@@ -320,7 +328,7 @@ def main(argv: list[str] | None = None) -> int:
             asyncio.run(burst(cp, tag, users, records[tag]))
             print(f"[{tag}] done; loadavg {loadavg()}", flush=True)
     print(f"machine: {_cluster.machine()}")
-    print(f"colocation_share_pod_watch: {OURS_TRAITS.get('colocation_share_pod_watch', False)}")
+    print(f"colocation_share_pod_watch: {OURS_TRAITS.get('colocation_share_pod_watch', SHARE)}")
     report({tag: records[tag] for tag in order}, args.spans)
     print(f"loadavg at end: {loadavg()}")
     print(summary(args.users, records))

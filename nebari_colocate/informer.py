@@ -470,10 +470,6 @@ class HubWatches:
         #: more readers of every pod change (KubeSpawner's pod reflector shares these watches:
         #: :mod:`nebari_colocate.shared_reflector`), by a key of their own
         self.pod_listeners: dict[object, Callable[[JsonDict | None, JsonDict | None], None]] = {}
-        #: the pods spawns wait on now (their start or stop), by a key of the waiter's: each
-        #: gives ``"namespace/name"`` when called (the namespace may change with a profile).  The
-        #: shared pod reflector reads these by name while the watch is quiet.
-        self.awaited_pods: dict[object, Callable[[], str]] = {}
         #: what admission made of pinned pods, by shape (the dry runs pinned checks reuse)
         self.admission = AdmissionModels()
 

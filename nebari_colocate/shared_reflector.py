@@ -16,7 +16,7 @@ reflector (:meth:`nebari_colocate.spawner.ColocatingKubeSpawner._start_watching_
 
 A watch that goes quiet must not hide a start or a stop: KubeSpawner's own reflector lists its pods
 again every 10 s, while the view's watch is long and may look open on a dead network path for
-``stale_after`` seconds.  So while a spawn waits on its pod (``HubWatches.awaited_pods``: the
+``stale_after`` seconds.  So while a spawn waits on its pod (:func:`awaiting`: the
 spawner's ``start`` and ``stop``), and the view's pods are not live or were quiet for
 :data:`CLOSE_QUIET_SECONDS`, the reflector reads that one pod by name (a namespaced GET, which the
 z2jh hub Role allows), every second at first and then less often (up to
@@ -30,7 +30,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 from .informer import Collection, HubWatches, cache_key
@@ -47,6 +47,33 @@ CLOSE_MIN_INTERVAL = 1.0
 CLOSE_MAX_INTERVAL = 8.0
 #: seconds one such read may take
 CLOSE_READ_TIMEOUT = 10.0
+
+
+#: the pods the spawns of each event loop wait on now, by a token of the waiter's: each gives
+#: ``"namespace/name"`` when called (the namespace may change with a profile)
+_AWAITED: dict[int, dict[object, Callable[[], str]]] = {}
+
+
+@contextlib.contextmanager
+def awaiting(pod_key: Callable[[], str]) -> Iterator[None]:
+    """While the block runs, the pod ``pod_key()`` is read by name should the watch of the
+    reflector that selects it go quiet (module docstring).  Per event loop."""
+    loop = id(asyncio.get_running_loop())
+    token = object()
+    _AWAITED.setdefault(loop, {})[token] = pod_key
+    try:
+        yield
+    finally:
+        waiting = _AWAITED.get(loop, {})
+        waiting.pop(token, None)
+        if not waiting:
+            _AWAITED.pop(loop, None)
+
+
+def awaited_keys() -> set[str]:
+    """The pods the running event loop's spawns wait on now (``"namespace/name"``)."""
+    waiting = _AWAITED.get(id(asyncio.get_running_loop()), {})
+    return {pod_key() for pod_key in list(waiting.values())}
 
 
 def selects(obj: Obj, namespace: str | None, labels: Mapping[str, str]) -> bool:
@@ -189,8 +216,7 @@ class SharedPodReflector:
         return self.hub.closed
 
     def _awaited_keys(self) -> list[str]:
-        keys = {key() for key in list(self.hub.awaited_pods.values())}
-        return sorted(k for k in keys if self._selection.selects_key(k))
+        return sorted(k for k in awaited_keys() if self._selection.selects_key(k))
 
     async def _watch_awaited_pods(self) -> None:
         """The module docstring's close watch: read by name the pods spawns wait on while the

@@ -24,6 +24,7 @@ import contextlib
 import json
 import time
 from collections.abc import AsyncIterator, Iterator, Sequence
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from types import SimpleNamespace
 from typing import Any, ClassVar, NoReturn
@@ -103,7 +104,12 @@ from .objects import (
     pod_server,
 )
 from .placement import COLOCATE, REFUSE, SKIP, Decision, Policy, decide, safe_side
-from .shared_reflector import PodWatchUnavailable, SharedPodReflector, reflector_fields_ok
+from .shared_reflector import (
+    PodWatchUnavailable,
+    SharedPodReflector,
+    awaiting,
+    reflector_fields_ok,
+)
 from .state import ClusterState
 from .view import ClusterView, DirectReader, ViewNotLive
 from .wayout import PremiumRide, premium_rides
@@ -128,6 +134,19 @@ def _placement_fingerprint(pod: JsonDict) -> str:
     relevant["namespace"] = (pod.get("metadata") or {}).get("namespace")
     relevant["name"] = (pod.get("metadata") or {}).get("name")
     return json.dumps(relevant, sort_keys=True, default=str)
+
+
+@dataclass
+class _LateAdmission:
+    """A pinned check's dry run sent and not yet awaited (``colocation_decide(admit_later=True)``):
+    its task (the admitted pod or None, and its round trip), and what the decision is taken
+    again with."""
+
+    task: asyncio.Future[tuple[JsonDict | None, float]]
+    decision: Decision
+    state: ClusterState
+    policy: Policy
+    check_seconds: float
 
 
 class ColocatingKubeSpawner(KubeSpawner):  # type: ignore[misc]  # KubeSpawner ships no types
@@ -369,6 +388,7 @@ class ColocatingKubeSpawner(KubeSpawner):  # type: ignore[misc]  # KubeSpawner s
         self.check_colocation_config()
         self._colocation_lock_held = False
         self._colocation_checked: tuple[str, Decision] | None = None
+        self._late_admission: _LateAdmission | None = None
         self._colocation_release_task: asyncio.Future[None] | None = None
         self._colocation_decision: Decision | None = None
         self._event_verdict: EventVerdict | None = None
@@ -491,12 +511,39 @@ class ColocatingKubeSpawner(KubeSpawner):  # type: ignore[misc]  # KubeSpawner s
         key = self._get_reflector_key("pods")
         reflectors = type(self).reflectors  # KubeSpawner's class-level dict, never redefined
         current = reflectors.get(key)
-        if isinstance(current, SharedPodReflector) and current.closed:
-            replace = True  # its watches were stopped: it would never change again
+        if isinstance(current, SharedPodReflector) and current.closed and not replace:
+            # Its watches were stopped: it would never change again.  Its successor lists in
+            # the background (a frozen API must not hold the spawn here: KubeSpawner's own
+            # reflector would not); till then this one answers, and the pods a start or a
+            # stop waits on are read by name (its watch counts as broken).
+            self._replace_closed_reflector(key, current)
+            return current
         if current is not None and not replace:
             if not current.first_load_future.done():
                 await current.first_load_future
             return reflectors.get(key, current)
+        return await self._new_shared_reflector(key, current, replace=replace)
+
+    #: the background replacements of closed shared reflectors, by reflector key
+    _closed_replacements: ClassVar[dict[Any, asyncio.Future[Any]]] = {}
+
+    def _replace_closed_reflector(self, key: Any, closed: SharedPodReflector) -> None:
+        running = ColocatingKubeSpawner._closed_replacements.get(key)
+        if running is not None and not running.done():
+            return
+        task = asyncio.ensure_future(
+            self._new_shared_reflector(key, closed, replace=True, background=True)
+        )
+        ColocatingKubeSpawner._closed_replacements[key] = task
+        task.add_done_callback(lambda t: t.cancelled() or t.exception())  # logged where raised
+
+    async def _new_shared_reflector(
+        self, key: Any, current: Any, *, replace: bool, background: bool = False
+    ) -> Any:
+        """A shared reflector in place of ``current``: registered at once (the spawners that
+        ask meanwhile await its first LIST, as with KubeSpawner's), or with ``background``
+        only once it has listed, and only if ``current`` is still the one in use."""
+        reflectors = type(self).reflectors
         hub = HubWatches.of_running_loop(self.api.api_client)
         if self.namespace and not self.enable_user_namespaces:
             hub.namespace(self.namespace).stale_after = self.colocation_watch_stale_seconds
@@ -505,11 +552,17 @@ class ColocatingKubeSpawner(KubeSpawner):  # type: ignore[misc]  # KubeSpawner s
             None if self.enable_user_namespaces else self.namespace,
             {"component": self.component_label},
         )
-        reflectors[key] = reflector
+        if not background:
+            reflectors[key] = reflector
         if replace and isinstance(current, SharedPodReflector):
             current.relist()  # KubeSpawner replaces a reflector that seems disconnected
         try:
             await reflector.start(timeout=POD_WATCH_FIRST_LIST_SECONDS)
+            if background:
+                if reflectors.get(key) is not current:
+                    await reflector.stop()  # replaced meanwhile by another way
+                    return reflectors.get(key)
+                reflectors[key] = reflector
         except PodWatchUnavailable as exc:
             self.log.info(
                 "colocate: the live view may not watch the pods (%s); KubeSpawner watches them",
@@ -522,6 +575,14 @@ class ColocatingKubeSpawner(KubeSpawner):  # type: ignore[misc]  # KubeSpawner s
                 del reflectors[key]
             await reflector.stop()
             reflector.failed(exc)
+            if background and not isinstance(exc, asyncio.CancelledError):
+                self.log.warning(
+                    "colocate: the pod reflector on the live view could not list again (%s: "
+                    "%s); the next start, poll or stop tries again",
+                    type(exc).__name__,
+                    exc,
+                )
+                return current
             raise
         reflector.loaded()
         if current is not None and current is not reflector:
@@ -536,13 +597,8 @@ class ColocatingKubeSpawner(KubeSpawner):  # type: ignore[misc]  # KubeSpawner s
         if not self._shares_pod_watch():
             yield
             return
-        awaited = HubWatches.of_running_loop(self.api.api_client).awaited_pods
-        token = object()
-        awaited[token] = lambda: f"{self.namespace}/{self.pod_name}"
-        try:
+        with awaiting(lambda: f"{self.namespace}/{self.pod_name}"):
             yield
-        finally:
-            awaited.pop(token, None)
 
     async def _stock_pod_reflector(self, shared: SharedPodReflector) -> Any:
         """KubeSpawner's own pod reflector in place of ``shared``; spawners awaiting
@@ -741,12 +797,15 @@ class ColocatingKubeSpawner(KubeSpawner):  # type: ignore[misc]  # KubeSpawner s
             timeout=self.k8s_api_request_retry_timeout,
         )
 
-    async def colocation_decide(self, pod: JsonDict) -> Decision:
+    async def colocation_decide(self, pod: JsonDict, *, admit_later: bool = False) -> Decision:
         """Gather the state and decide; any error or timeout takes the safe side.
 
         A pinned decision is taken again on the pod as admitted (server-side dry run), so
         RuntimeClass overhead, LimitRange defaults and webhooks are judged as the scheduler
-        will see them.
+        will see them.  With ``admit_later`` the dry run is sent and not awaited: the decision
+        returned is the one on the manifest as written, and :meth:`_settle_admission` (called
+        from ``get_pod_manifest``, after KubeSpawner started its reflectors and created the PVC
+        meanwhile) takes it again on the admitted pod; it is logged and counted then.
         """
         view = self.colocation_view()
         started = time.perf_counter()
@@ -776,6 +835,15 @@ class ColocatingKubeSpawner(KubeSpawner):  # type: ignore[misc]  # KubeSpawner s
                 if confirmed is not None:
                     state = confirmed
                     decision = decide(pod, state, policy)
+            if decision.node is not None and admit_later:
+                self._late_admission = _LateAdmission(
+                    asyncio.ensure_future(self._timed_admission(pod, deadline)),
+                    decision,
+                    state,
+                    policy,
+                    time.perf_counter() - started,
+                )
+                return decision
             if decision.node is not None:
                 before = time.perf_counter()
                 admitted = await self._admitted(pod, deadline)
@@ -801,12 +869,47 @@ class ColocatingKubeSpawner(KubeSpawner):  # type: ignore[misc]  # KubeSpawner s
             )
             safe = True
         elapsed = time.perf_counter() - started
-        self.colocation_timings = {"check": elapsed - dry_run, "dry_run": dry_run}
+        return self._decided(decision, elapsed - dry_run, dry_run, dry_run, safe=safe)
+
+    def _decided(
+        self, decision: Decision, check: float, waited: float, round_trip: float, *, safe: bool
+    ) -> Decision:
+        """Count and log a decision: ``check`` seconds gathering and deciding, ``waited`` of
+        them waiting for the dry run (``round_trip`` its own duration, reused or not)."""
+        self.colocation_timings = {
+            "check": check,
+            "dry_run": waited,
+            "dry_run_round_trip": round_trip,
+        }
+        elapsed = check + waited
         metrics.observe_decision(decision, elapsed, safe_side=safe)
         line = messages.operator_line(decision, username=self.user.name, server_name=self.name)
         log = self.log.warning if decision.verdict == REFUSE or decision.warnings else self.log.info
-        log("%s seconds=%.3f dry_run_seconds=%.3f", line, elapsed, dry_run)
+        log("%s seconds=%.3f dry_run_seconds=%.3f", line, elapsed, round_trip)
         return decision
+
+    async def _timed_admission(
+        self, pod: JsonDict, deadline: float
+    ) -> tuple[JsonDict | None, float]:
+        before = time.perf_counter()
+        admitted = await self._admitted(pod, deadline)
+        return admitted, time.perf_counter() - before
+
+    async def _settle_admission(self, late: _LateAdmission) -> Decision:
+        """The decision of a check whose dry run was sent and not awaited (``admit_later``),
+        taken again on the admitted pod once it answered."""
+        before = time.perf_counter()
+        admitted, round_trip = await late.task
+        waited = time.perf_counter() - before
+        decision = late.decision
+        if admitted is not None:
+            decision = decide(admitted, late.state, late.policy)
+        return self._decided(decision, late.check_seconds, waited, round_trip, safe=False)
+
+    def _cancel_late_admission(self) -> None:
+        late, self._late_admission = self._late_admission, None
+        if late is not None and not late.task.done():
+            late.task.cancel()
 
     def _refusal(self, decision: Decision, pod: JsonDict) -> ColocationRefused:
         args = {
@@ -975,8 +1078,11 @@ class ColocatingKubeSpawner(KubeSpawner):  # type: ignore[misc]  # KubeSpawner s
         serialized: JsonDict = self.api.api_client.sanitize_for_serialization(pod)
         return serialized
 
-    async def _check(self, pod: JsonDict) -> Decision:
-        decision = await self.colocation_decide(pod)
+    async def _check(self, pod: JsonDict, *, admit_later: bool = False) -> Decision:
+        decision = await self.colocation_decide(pod, admit_later=admit_later)
+        return await self._unless_refused(decision, pod)
+
+    async def _unless_refused(self, decision: Decision, pod: JsonDict) -> Decision:
         if decision.verdict == REFUSE:
             self._release_colocation_lock()
             refusal = self._refusal(decision, pod)
@@ -990,12 +1096,16 @@ class ColocatingKubeSpawner(KubeSpawner):  # type: ignore[misc]  # KubeSpawner s
         await super().load_user_options()
         self.colocation_failure = None
         self._colocation_checked = None
+        self._cancel_late_admission()
         await self._acquire_colocation_lock()
         task = asyncio.current_task()
         if task is not None:
             task.add_done_callback(lambda _: self._release_colocation_lock())
+            task.add_done_callback(lambda _: self._cancel_late_admission())
         pod = self._serialize(await super().get_pod_manifest())
-        decision = await self._check(pod)
+        # A pinned pod's dry run goes on while KubeSpawner starts its reflectors and creates
+        # the PVC; get_pod_manifest takes the decision again on its answer.
+        decision = await self._check(pod, admit_later=True)
         self._colocation_checked = (_placement_fingerprint(pod), decision)
 
     async def get_pod_manifest(self) -> Any:
@@ -1003,9 +1113,14 @@ class ColocatingKubeSpawner(KubeSpawner):  # type: ignore[misc]  # KubeSpawner s
         pod = self._serialize(await super().get_pod_manifest())
         checked = self._colocation_checked
         self._colocation_checked = None
+        late, self._late_admission = self._late_admission, None
         if checked is not None and checked[0] == _placement_fingerprint(pod):
             decision = checked[1]
+            if late is not None:
+                decision = await self._unless_refused(await self._settle_admission(late), pod)
         else:
+            if late is not None:
+                late.task.cancel()
             await self._acquire_colocation_lock()
             decision = await self._check(pod)
         self._colocation_decision = decision
