@@ -166,9 +166,10 @@ class Collection:
         fresh = {cache_key(obj): obj for obj in items}
         for n, (key, obj) in enumerate(fresh.items(), 1):
             old = self.items.get(key)
-            self.items[key] = obj
-            if self._on_change:
-                self._on_change(old, obj)
+            if old is not obj:  # (the same object: listed again unchanged, see _listed)
+                self.items[key] = obj
+                if self._on_change:
+                    self._on_change(old, obj)
             if n % YIELD_EVERY == 0:
                 await asyncio.sleep(0)
         gone = [key for key in self.items if key not in fresh]
@@ -179,10 +180,27 @@ class Collection:
             if n % YIELD_EVERY == 0:
                 await asyncio.sleep(0)
 
+    def _listed(self, obj: JsonDict) -> JsonDict:
+        """A listed object as it is kept: the object kept already when the LIST gives the same
+        version of it (same uid and resourceVersion), else a new one.  A relist of a large
+        collection after a break then keeps almost nothing new: what it parsed dies young, and
+        no full garbage collection of the hub's heap is set off by it."""
+        have = self.items.get(cache_key(obj))
+        if have is not None:
+            meta, kept = obj.get("metadata") or {}, have.get("metadata") or {}
+            version = meta.get("resourceVersion")
+            if (
+                version
+                and kept.get("resourceVersion") == version
+                and kept.get("uid") == meta.get("uid")
+            ):
+                return have
+        return self._transform(obj) if self._transform else dict(obj)
+
     async def _list(self) -> None:
         # Pages keep the parsed JSON of a large collection small while it is slimmed.
         items, version = await list_all(
-            self._method, *self._args, transform=self._transform, page_size=self.page_size
+            self._method, *self._args, transform=self._listed, page_size=self.page_size
         )
         await self._replace_gradually(items)
         self.resource_version = version

@@ -802,10 +802,11 @@ class ColocatingKubeSpawner(KubeSpawner):  # type: ignore[misc]  # KubeSpawner s
 
         A pinned decision is taken again on the pod as admitted (server-side dry run), so
         RuntimeClass overhead, LimitRange defaults and webhooks are judged as the scheduler
-        will see them.  With ``admit_later`` the dry run is sent and not awaited: the decision
-        returned is the one on the manifest as written, and :meth:`_settle_admission` (called
-        from ``get_pod_manifest``, after KubeSpawner started its reflectors and created the PVC
-        meanwhile) takes it again on the admitted pod; it is logged and counted then.
+        will see them.  With ``admit_later`` the dry run of a pod the decision lets start is sent
+        and not awaited: the decision returned is the one on the manifest as written, and
+        :meth:`_settle_admission` (called from ``get_pod_manifest``, after KubeSpawner started
+        its reflectors and created the PVC meanwhile) takes it again on the admitted pod; it is
+        logged and counted then.
         """
         view = self.colocation_view()
         started = time.perf_counter()
@@ -835,7 +836,8 @@ class ColocatingKubeSpawner(KubeSpawner):  # type: ignore[misc]  # KubeSpawner s
                 if confirmed is not None:
                     state = confirmed
                     decision = decide(pod, state, policy)
-            if decision.node is not None and admit_later:
+            # (a refusal is taken on the admitted pod before it is told: admission may turn it)
+            if decision.node is not None and admit_later and decision.verdict != REFUSE:
                 self._late_admission = _LateAdmission(
                     asyncio.ensure_future(self._timed_admission(pod, deadline)),
                     decision,

@@ -275,6 +275,55 @@ async def test_a_runtime_class_with_overhead_is_judged_as_the_scheduler_judges_i
         await node_api.delete_runtime_class(name)
 
 
+async def test_pinned_checks_of_one_shape_at_once_share_one_dry_run_and_judge_its_overhead(
+    kube, spawners
+):
+    """Two users' apps of one profile, checked at once: one dry run (the other check waits for
+    it, then takes its admitted fields), and each is judged with the RuntimeClass's overhead."""
+    from kubernetes_asyncio import client
+
+    from nebari_colocate.informer import HubWatches
+
+    users = ("alice", "bob")
+    for user in users:
+        await kube.create_node(f"node-{user}", cpu="2")
+        await kube.create_bound_claim(f"claim-{user}")
+    node_api = client.NodeV1Api(kube.api_client)
+    name = f"kata-{kube.namespace}"
+    await node_api.create_runtime_class(
+        {"metadata": {"name": name}, "handler": "kata", "overhead": {"podFixed": {"cpu": "1"}}}
+    )
+    try:
+        for user in users:
+            lab = spawners.make(
+                user, node_selector={"kubernetes.io/hostname": f"node-{user}"}, cpu_guarantee=0.5
+            )
+            await spawners.start(lab)
+        apps = [
+            spawners.make(u, "app", cpu_guarantee=0.75, extra_pod_config={"runtimeClassName": name})
+            for u in users
+        ]
+        admission = HubWatches.of_running_loop(apps[0].api.api_client).admission
+        made, reused = admission.made, admission.reused
+        outcomes = await asyncio.gather(*(spawners.start(a) for a in apps), return_exceptions=True)
+        for user, outcome in zip(users, outcomes, strict=True):
+            assert isinstance(outcome, ColocationRefused), (user, outcome)
+            # as written 0.5 + 0.75 of 2 CPUs fits; with the overhead it does not
+            assert outcome.decision.reasons == ["insufficient:cpu"], user
+            assert outcome.decision.node == f"node-{user}"
+        assert (admission.made - made, admission.reused - reused) == (1, 1)
+        # A third check of the shape, later, takes the kept fields: no dry run.
+        again = spawners.make(
+            "alice", "app", cpu_guarantee=0.75, extra_pod_config={"runtimeClassName": name}
+        )
+        with pytest.raises(ColocationRefused) as refused:
+            await spawners.start(again)
+        assert refused.value.decision.reasons == ["insufficient:cpu"]
+        assert (admission.made - made, admission.reused - reused) == (1, 2)
+    finally:
+        await node_api.delete_runtime_class(name)
+
+
 async def test_a_holder_on_a_deleted_node_is_refused_as_node_not_found(kube, spawners):
     from tests.support import helpers
 

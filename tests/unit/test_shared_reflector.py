@@ -313,3 +313,40 @@ def test_the_watch_is_shared_only_when_kubespawner_reads_nothing_the_view_drops(
     for name, value in traits.items():
         setattr(spawner, name, value)
     assert reflector_fields_ok(spawner) is shareable
+
+
+@pytest.mark.parametrize(
+    "name, listed, kept_again",
+    [
+        ("the same version: the object kept already", {"resourceVersion": "7", "uid": "u1"}, True),
+        ("a newer version: a new object", {"resourceVersion": "8", "uid": "u1"}, False),
+        ("a new pod under the name: a new object", {"resourceVersion": "7", "uid": "u2"}, False),
+        ("no version: a new object", {"uid": "u1"}, False),
+    ],
+)
+def test_a_relist_keeps_the_objects_it_lists_unchanged_and_tells_no_listener(
+    name, listed, kept_again
+):
+    """After a break a relist gives every object again: those of the version kept already are
+    not kept twice (what the LIST parsed dies young: no full garbage collection of the heap)."""
+    selection = PodSelection("jhub", SERVER)
+    changes = []
+
+    def on_change(old, new):
+        changes.append((old, new))
+        selection.change(old, new)
+
+    store = Collection("pods", method=None, transform=slim_pod, on_change=on_change)
+    kept = labelled("a", component=SRV)
+    kept["metadata"].update(resourceVersion="7", uid="u1")
+    store._replace_all([kept])
+    before = store.items["jhub/a"]
+    again = labelled("a", component=SRV)
+    again["metadata"].update(listed)
+    obj = store._listed(again)
+    assert (obj is before) is kept_again, name
+    changes.clear()
+    asyncio.run(store._replace_gradually([obj]))
+    assert (store.items["jhub/a"] is before) is kept_again, name
+    assert (changes == []) is kept_again, name
+    assert selection["jhub/a"] is store.items["jhub/a"]
