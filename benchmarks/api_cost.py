@@ -183,14 +183,19 @@ def report(mode: str, stock: dict, ours: dict, users: int) -> tuple[float, float
         s, o = _total(stock[stage]) / users, _total(ours[stage]) / users
         print(
             f"  per {label} spawn (reflector starts included): stock={s:.2f} colocate={o:.2f} "
-            f"(+{o - s:.2f})"
+            f"({o - s:+.2f})"
         )
+        differ = sorted(set(stock[stage]) | set(ours[stage]), key=_label)
+        for key in differ:
+            s_n, o_n = stock[stage].get(key, 0), ours[stage].get(key, 0)
+            if s_n != o_n:
+                print(f"      {_label(key)}: stock {s_n:.0f}, colocate {o_n:.0f} (in {users})")
     s, o = _total(stock["reflectors"]), _total(ours["reflectors"])
     print(f"  WATCHes ended at shutdown (once per hub): stock={s:.0f} colocate={o:.0f}")
     s, o = _total(stock["all"]) / spawns, _total(ours["all"]) / spawns
     print(
         f"  [{mode}] average over first and pinned servers: stock={s:.2f} colocate={o:.2f} "
-        f"difference=+{o - s:.2f}"
+        f"difference={o - s:+.2f}"
     )
     return s, o
 
@@ -234,7 +239,7 @@ def main_run(spawns: int, share_pod_watch: bool = DEFAULT_SHARE_POD_WATCH) -> No
     summary = []
     for mode in RBAC_MODES:
         s, o = report(mode, results[mode]["stock"], results[mode]["colocate"], users)
-        summary.append(f"{mode} stock={s:.2f} colocate={o:.2f} (+{o - s:.2f})")
+        summary.append(f"{mode} stock={s:.2f} colocate={o:.2f} ({o - s:+.2f})")
     print("api requests per spawn: " + "; ".join(summary))
 
 
