@@ -83,7 +83,7 @@ class Record:
         self.start_seconds: dict[int, list[float]] = {n: [] for n, _ in ROUNDS}
         self.check_seconds: dict[int, list[float]] = {n: [] for n, _ in ROUNDS}
         self.dry_run_seconds: dict[int, list[float]] = {n: [] for n, _ in ROUNDS}
-        #: the dry runs' own round trips (awaited or not; 0 when another pod's was reused)
+        #: the round trips of the dry runs made (awaited or not; none when another's was reused)
         self.round_trip_seconds: dict[int, list[float]] = {n: [] for n, _ in ROUNDS}
         self.spans: dict[int, dict[str, list[float]]] = {n: {} for n, _ in ROUNDS}
         self.loop_stall: dict[int, float] = {}
@@ -171,7 +171,8 @@ async def timed_start(spawner, record: Record, round_number: int) -> None:
     if timings:
         record.check_seconds[round_number].append(timings["check"] + timings["dry_run"])
         record.dry_run_seconds[round_number].append(timings["dry_run"])
-        record.round_trip_seconds[round_number].append(timings.get("dry_run_round_trip", 0.0))
+        if timings.get("dry_runs_made"):
+            record.round_trip_seconds[round_number].append(timings["dry_run_round_trip"])
 
 
 async def check_cluster(api, namespace: str, expected: int, record: Record) -> None:
@@ -260,7 +261,7 @@ def report(records: dict[str, Record], spans: bool) -> None:
             checks = record.check_seconds[round_number]
             if checks:
                 dry = record.dry_run_seconds[round_number]
-                trips = [t for t in record.round_trip_seconds[round_number] if t > 0]
+                trips = record.round_trip_seconds[round_number]
                 line += (
                     f"; check p50={_ms(statistics.median(checks))} ms "
                     f"p99={_ms(percentile(checks, 0.99))} ms (waiting for the dry run p99="

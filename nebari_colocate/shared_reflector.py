@@ -16,7 +16,7 @@ reflector (:meth:`nebari_colocate.spawner.ColocatingKubeSpawner._start_watching_
 
 A watch that goes quiet must not hide a start or a stop: KubeSpawner's own reflector lists its pods
 again every 10 s, while the view's watch is long and may look open on a dead network path for
-``stale_after`` seconds.  So while a spawn waits on its pod (:func:`awaiting`: the
+``stale_after`` seconds.  So while a spawn has waited on its pod for 5 s (:func:`awaiting`: the
 spawner's ``start`` and ``stop``), and the view's pods are not live or were quiet for
 :data:`CLOSE_QUIET_SECONDS`, the reflector reads that one pod by name (a namespaced GET, which the
 z2jh hub Role allows), every second at first and then less often (up to
@@ -30,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
@@ -49,9 +50,9 @@ CLOSE_MAX_INTERVAL = 8.0
 CLOSE_READ_TIMEOUT = 10.0
 
 
-#: the pods the spawns of each event loop wait on now, by a token of the waiter's: each gives
-#: ``"namespace/name"`` when called (the namespace may change with a profile)
-_AWAITED: dict[int, dict[object, Callable[[], str]]] = {}
+#: the pods the spawns of each event loop wait on now, by a token of the waiter's: what gives
+#: ``"namespace/name"`` when called (the namespace may change with a profile), and since when
+_AWAITED: dict[int, dict[object, tuple[Callable[[], str], float]]] = {}
 
 
 @contextlib.contextmanager
@@ -60,7 +61,7 @@ def awaiting(pod_key: Callable[[], str]) -> Iterator[None]:
     reflector that selects it go quiet (module docstring).  Per event loop."""
     loop = id(asyncio.get_running_loop())
     token = object()
-    _AWAITED.setdefault(loop, {})[token] = pod_key
+    _AWAITED.setdefault(loop, {})[token] = (pod_key, time.monotonic())
     try:
         yield
     finally:
@@ -70,10 +71,12 @@ def awaiting(pod_key: Callable[[], str]) -> Iterator[None]:
             _AWAITED.pop(loop, None)
 
 
-def awaited_keys() -> set[str]:
-    """The pods the running event loop's spawns wait on now (``"namespace/name"``)."""
+def awaited_keys(for_seconds: float = 0.0) -> set[str]:
+    """The pods the running event loop's spawns have waited on for ``for_seconds`` or more
+    (``"namespace/name"``)."""
     waiting = _AWAITED.get(id(asyncio.get_running_loop()), {})
-    return {pod_key() for pod_key in list(waiting.values())}
+    now = time.monotonic()
+    return {key() for key, since in list(waiting.values()) if now - since >= for_seconds}
 
 
 def selects(obj: Obj, namespace: str | None, labels: Mapping[str, str]) -> bool:
@@ -216,7 +219,10 @@ class SharedPodReflector:
         return self.hub.closed
 
     def _awaited_keys(self) -> list[str]:
-        return sorted(k for k in awaited_keys() if self._selection.selects_key(k))
+        # (a pod awaited for less than the quiet time is left to the watch: a burst's pods,
+        # created at once after a quiet while, are not read by name all at once)
+        keys = awaited_keys(for_seconds=CLOSE_QUIET_SECONDS)
+        return sorted(k for k in keys if self._selection.selects_key(k))
 
     async def _watch_awaited_pods(self) -> None:
         """The module docstring's close watch: read by name the pods spawns wait on while the

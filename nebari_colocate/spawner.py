@@ -137,15 +137,12 @@ def _placement_fingerprint(pod: JsonDict) -> str:
 
 
 @dataclass
-class _LateAdmission:
-    """A pinned check's dry run sent and not yet awaited (``colocation_decide(admit_later=True)``):
-    its task (the admitted pod or None, and its round trip), and what the decision is taken
-    again with."""
+class _LateCheck:
+    """The rest of a check, sent and not yet awaited (``colocation_decide(admit_later=True)``):
+    its task (the decision, the dry run's round trip, whether it took the safe side), and the
+    seconds the check took till then."""
 
-    task: asyncio.Future[tuple[JsonDict | None, float]]
-    decision: Decision
-    state: ClusterState
-    policy: Policy
+    task: asyncio.Future[tuple[Decision, float, bool]]
     check_seconds: float
 
 
@@ -388,7 +385,8 @@ class ColocatingKubeSpawner(KubeSpawner):  # type: ignore[misc]  # KubeSpawner s
         self.check_colocation_config()
         self._colocation_lock_held = False
         self._colocation_checked: tuple[str, Decision] | None = None
-        self._late_admission: _LateAdmission | None = None
+        self._late_check: _LateCheck | None = None
+        self._dry_runs_made = 0
         self._colocation_release_task: asyncio.Future[None] | None = None
         self._colocation_decision: Decision | None = None
         self._event_verdict: EventVerdict | None = None
@@ -688,6 +686,7 @@ class ColocatingKubeSpawner(KubeSpawner):  # type: ignore[misc]  # KubeSpawner s
         run of its own, which the checks of the same shape that ask meanwhile wait for."""
         reuse = self.colocation_dry_run_reuse_seconds
         if reuse <= 0:
+            self._dry_runs_made += 1
             return await self._admitted_alone(pod, deadline)
         models = HubWatches.of_running_loop(self.api.api_client).admission
         key = shape_key(pod)
@@ -702,6 +701,7 @@ class ColocatingKubeSpawner(KubeSpawner):  # type: ignore[misc]  # KubeSpawner s
             metrics.observe_dry_run("reused")
             return as_admitted(pod, model)
         future = models.begin(key)
+        self._dry_runs_made += 1
         admitted: JsonDict | None = None
         try:
             admitted = await self._admitted_alone(pod, deadline)
@@ -800,19 +800,20 @@ class ColocatingKubeSpawner(KubeSpawner):  # type: ignore[misc]  # KubeSpawner s
     async def colocation_decide(self, pod: JsonDict, *, admit_later: bool = False) -> Decision:
         """Gather the state and decide; any error or timeout takes the safe side.
 
-        A pinned decision is taken again on the pod as admitted (server-side dry run), so
-        RuntimeClass overhead, LimitRange defaults and webhooks are judged as the scheduler
-        will see them.  With ``admit_later`` the dry run of a pod the decision lets start is sent
-        and not awaited: the decision returned is the one on the manifest as written, and
-        :meth:`_settle_admission` (called from ``get_pod_manifest``, after KubeSpawner started
-        its reflectors and created the PVC meanwhile) takes it again on the admitted pod; it is
-        logged and counted then.
+        An unpinned decision from a view that is not fresh is confirmed by the API
+        (:meth:`_confirmed_unpinned`); a pinned decision is taken again on the pod as admitted
+        (server-side dry run), so RuntimeClass overhead, LimitRange defaults and webhooks are
+        judged as the scheduler will see them.  With ``admit_later`` these requests, for a
+        decision that lets the pod start, are sent and not awaited: the decision returned is
+        the one from memory, and :meth:`_settle_check` (called from ``get_pod_manifest``, after
+        KubeSpawner started its reflectors and created the PVC meanwhile) awaits them and takes
+        the decision again on their answers; it is logged and counted then.  A refusal is
+        always taken on the answers before it is told.
         """
         view = self.colocation_view()
         started = time.perf_counter()
         deadline = started + self.colocation_check_timeout
-        dry_run = 0.0
-        safe = False
+        self._dry_runs_made = 0  # (a reused dry run makes none)
         policy = self.colocation_policy()
         try:
             # From memory when the view is live: no await, so no other task (a reflector's
@@ -826,9 +827,40 @@ class ColocatingKubeSpawner(KubeSpawner):  # type: ignore[misc]  # KubeSpawner s
                 )
             self._known_claim_modes.learn(self.namespace, pod_claims(pod), state)
             decision = decide(pod, state, policy)
+        except Exception as exc:
+            decision = self._safe_side(view, pod, exc)
+            return self._decided(decision, time.perf_counter() - started, 0.0, 0.0, safe=True)
+        confirm = from_view and self._needs_confirmation(view, decision)
+        if admit_later and decision.verdict != REFUSE and (confirm or decision.node is not None):
+            rest = self._finish_check(view, pod, state, policy, decision, deadline, confirm)
+            self._late_check = _LateCheck(
+                asyncio.ensure_future(rest), time.perf_counter() - started
+            )
+            return decision
+        decision, round_trip, safe = await self._finish_check(
+            view, pod, state, policy, decision, deadline, confirm
+        )
+        elapsed = time.perf_counter() - started
+        return self._decided(decision, elapsed - round_trip, round_trip, round_trip, safe=safe)
+
+    async def _finish_check(
+        self,
+        view: ClusterView,
+        pod: JsonDict,
+        state: ClusterState,
+        policy: Policy,
+        decision: Decision,
+        deadline: float,
+        confirm: bool,
+    ) -> tuple[Decision, float, bool]:
+        """The rest of a check after the decision from memory: its confirmation (``confirm``)
+        and the dry run of a pinned pod, each deciding again; the decision, the dry run's
+        round trip, and whether the safe side was taken."""
+        round_trip = 0.0
+        try:
             # (asked first: before Python 3.12 ``wait_for`` costs a trip through the loop's
             # queue even when nothing is confirmed, and in a burst that trip is long)
-            if from_view and self._needs_confirmation(view, decision):
+            if confirm:
                 confirmed = await asyncio.wait_for(
                     self._confirmed_unpinned(view, pod, decision),
                     timeout=max(deadline - time.perf_counter(), 0.01),
@@ -836,52 +868,44 @@ class ColocatingKubeSpawner(KubeSpawner):  # type: ignore[misc]  # KubeSpawner s
                 if confirmed is not None:
                     state = confirmed
                     decision = decide(pod, state, policy)
-            # (a refusal is taken on the admitted pod before it is told: admission may turn it)
-            if decision.node is not None and admit_later and decision.verdict != REFUSE:
-                self._late_admission = _LateAdmission(
-                    asyncio.ensure_future(self._timed_admission(pod, deadline)),
-                    decision,
-                    state,
-                    policy,
-                    time.perf_counter() - started,
-                )
-                return decision
             if decision.node is not None:
                 before = time.perf_counter()
                 admitted = await self._admitted(pod, deadline)
-                dry_run = time.perf_counter() - before
+                round_trip = time.perf_counter() - before
                 if admitted is not None:
                     decision = decide(admitted, state, policy)
         except Exception as exc:
-            why = (
-                f"state not gathered within {self.colocation_check_timeout}s "
-                "(colocation_check_timeout)"
-                if isinstance(exc, asyncio.TimeoutError)
-                else f"state not gathered: {type(exc).__name__}: {exc}"
-            )
-            # A timeout is expected under load; anything else is a bug or an API surprise.
-            self.log.warning(
-                "colocate: %s; taking the safe side",
-                why,
-                exc_info=not isinstance(exc, asyncio.TimeoutError),
-            )
-            known = [*view.known_pods(pod), *(self._reflector_pods() or [])]
-            decision = safe_side(
-                pod, known, why, namespace=self.namespace, known_modes=self._claim_modes(view, pod)
-            )
-            safe = True
-        elapsed = time.perf_counter() - started
-        return self._decided(decision, elapsed - dry_run, dry_run, dry_run, safe=safe)
+            return self._safe_side(view, pod, exc), round_trip, True
+        return decision, round_trip, False
+
+    def _safe_side(self, view: ClusterView, pod: JsonDict, exc: Exception) -> Decision:
+        why = (
+            f"state not gathered within {self.colocation_check_timeout}s (colocation_check_timeout)"
+            if isinstance(exc, asyncio.TimeoutError)
+            else f"state not gathered: {type(exc).__name__}: {exc}"
+        )
+        # A timeout is expected under load; anything else is a bug or an API surprise.
+        self.log.warning(
+            "colocate: %s; taking the safe side",
+            why,
+            exc_info=not isinstance(exc, asyncio.TimeoutError),
+        )
+        known = [*view.known_pods(pod), *(self._reflector_pods() or [])]
+        return safe_side(
+            pod, known, why, namespace=self.namespace, known_modes=self._claim_modes(view, pod)
+        )
 
     def _decided(
         self, decision: Decision, check: float, waited: float, round_trip: float, *, safe: bool
     ) -> Decision:
-        """Count and log a decision: ``check`` seconds gathering and deciding, ``waited`` of
-        them waiting for the dry run (``round_trip`` its own duration, reused or not)."""
+        """Count and log a decision: ``check`` seconds gathering and deciding, and ``waited``
+        more waiting for what was sent and not awaited (``round_trip``: the dry run's own
+        duration, or the wait for another check's)."""
         self.colocation_timings = {
             "check": check,
             "dry_run": waited,
             "dry_run_round_trip": round_trip,
+            "dry_runs_made": float(self._dry_runs_made),
         }
         elapsed = check + waited
         metrics.observe_decision(decision, elapsed, safe_side=safe)
@@ -890,26 +914,16 @@ class ColocatingKubeSpawner(KubeSpawner):  # type: ignore[misc]  # KubeSpawner s
         log("%s seconds=%.3f dry_run_seconds=%.3f", line, elapsed, round_trip)
         return decision
 
-    async def _timed_admission(
-        self, pod: JsonDict, deadline: float
-    ) -> tuple[JsonDict | None, float]:
+    async def _settle_check(self, late: _LateCheck) -> Decision:
+        """The decision of a check whose confirmation or dry run was sent and not awaited
+        (``admit_later``), once they answered."""
         before = time.perf_counter()
-        admitted = await self._admitted(pod, deadline)
-        return admitted, time.perf_counter() - before
-
-    async def _settle_admission(self, late: _LateAdmission) -> Decision:
-        """The decision of a check whose dry run was sent and not awaited (``admit_later``),
-        taken again on the admitted pod once it answered."""
-        before = time.perf_counter()
-        admitted, round_trip = await late.task
+        decision, round_trip, safe = await late.task
         waited = time.perf_counter() - before
-        decision = late.decision
-        if admitted is not None:
-            decision = decide(admitted, late.state, late.policy)
-        return self._decided(decision, late.check_seconds, waited, round_trip, safe=False)
+        return self._decided(decision, late.check_seconds, waited, round_trip, safe=safe)
 
-    def _cancel_late_admission(self) -> None:
-        late, self._late_admission = self._late_admission, None
+    def _cancel_late_check(self) -> None:
+        late, self._late_check = self._late_check, None
         if late is not None and not late.task.done():
             late.task.cancel()
 
@@ -1098,15 +1112,15 @@ class ColocatingKubeSpawner(KubeSpawner):  # type: ignore[misc]  # KubeSpawner s
         await super().load_user_options()
         self.colocation_failure = None
         self._colocation_checked = None
-        self._cancel_late_admission()
+        self._cancel_late_check()
         await self._acquire_colocation_lock()
         task = asyncio.current_task()
         if task is not None:
             task.add_done_callback(lambda _: self._release_colocation_lock())
-            task.add_done_callback(lambda _: self._cancel_late_admission())
+            task.add_done_callback(lambda _: self._cancel_late_check())
         pod = self._serialize(await super().get_pod_manifest())
-        # A pinned pod's dry run goes on while KubeSpawner starts its reflectors and creates
-        # the PVC; get_pod_manifest takes the decision again on its answer.
+        # A confirmation or a pinned pod's dry run goes on while KubeSpawner starts its
+        # reflectors and creates the PVC; get_pod_manifest takes the decision again on it.
         decision = await self._check(pod, admit_later=True)
         self._colocation_checked = (_placement_fingerprint(pod), decision)
 
@@ -1115,11 +1129,11 @@ class ColocatingKubeSpawner(KubeSpawner):  # type: ignore[misc]  # KubeSpawner s
         pod = self._serialize(await super().get_pod_manifest())
         checked = self._colocation_checked
         self._colocation_checked = None
-        late, self._late_admission = self._late_admission, None
+        late, self._late_check = self._late_check, None
         if checked is not None and checked[0] == _placement_fingerprint(pod):
             decision = checked[1]
             if late is not None:
-                decision = await self._unless_refused(await self._settle_admission(late), pod)
+                decision = await self._unless_refused(await self._settle_check(late), pod)
         else:
             if late is not None:
                 late.task.cancel()
