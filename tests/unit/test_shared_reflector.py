@@ -350,3 +350,25 @@ def test_a_relist_keeps_the_objects_it_lists_unchanged_and_tells_no_listener(
     assert (store.items["jhub/a"] is before) is kept_again, name
     assert (changes == []) is kept_again, name
     assert selection["jhub/a"] is store.items["jhub/a"]
+
+
+@pytest.mark.parametrize("enabled_before", [True, False])
+def test_the_collector_is_paused_while_lists_run_nested_and_put_back_as_it_was(enabled_before):
+    import gc
+
+    from nebari_colocate.informer import collector_paused
+
+    was = gc.isenabled()
+    (gc.enable if enabled_before else gc.disable)()
+    try:
+        with collector_paused():
+            assert not gc.isenabled()
+            with collector_paused():  # every collection lists at once after an API restart
+                assert not gc.isenabled()
+            assert not gc.isenabled()  # the outer LIST still runs
+        assert gc.isenabled() is enabled_before
+        with pytest.raises(RuntimeError), collector_paused():
+            raise RuntimeError("the LIST failed")
+        assert gc.isenabled() is enabled_before
+    finally:
+        (gc.enable if was else gc.disable)()
