@@ -264,7 +264,7 @@ def report(records: dict[str, Record], spans: bool) -> None:
                 trips = record.round_trip_seconds[round_number]
                 line += (
                     f"; check p50={_ms(statistics.median(checks))} ms "
-                    f"p99={_ms(percentile(checks, 0.99))} ms (waiting for the dry run p99="
+                    f"p99={_ms(percentile(checks, 0.99))} ms (waiting in get_pod_manifest p99="
                     f"{_ms(percentile(dry, 0.99))} ms; dry runs {len(trips)} of {len(checks)}, "
                     f"round trip p99={_ms(percentile(trips, 0.99))} ms)"
                 )
