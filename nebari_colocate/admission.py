@@ -16,6 +16,15 @@ another user; what follows is what followed before the dry run existed: the pod 
 pinned, kube-scheduler says it does not fit, and the spawn ends at once on its FailedScheduling
 event, with the scheduler's words.  ``colocation_dry_run_reuse_seconds = 0`` makes a dry run for
 every pinned pod.
+
+A pod the hub creates teaches its shape too, at no request (:func:`model_from_created`,
+:meth:`AdmissionModels.learn`): kube-apiserver stores a pod as admission made it, and the watch
+brings it to the hub.  A user's first server with a ``ReadWriteOnce`` home is not pinned and
+makes no dry run; kept as created, it is what the user's next server of the profile (pinned to
+the same node) would have dry-run.  What the spawner merged into it (the co-location label and
+affinity) is taken out again: when admission left the affinity as it was sent, the shape's
+affinity is the one written; when it changed it, the created pod teaches nothing (what it would
+make of the affinity as written is not known) and the next pinned pod makes its dry run.
 """
 
 from __future__ import annotations
@@ -115,6 +124,24 @@ def model_of(admitted: Obj) -> JsonDict:
     return {"spec": kept}
 
 
+def model_from_created(created: Obj, written: Obj, sent: Obj) -> JsonDict | None:
+    """The model of ``written``'s shape taught by ``created``: the pod kube-apiserver stored
+    for ``sent`` (``written`` with the co-location label and affinity merged in), with the
+    affinity ``written`` has; None when the stored affinity is not the one sent (admission
+    changed it: what it would make of ``written``'s is not known).  (pure)"""
+    created_spec = created.get("spec") or {}
+    sent_spec = sent.get("spec") or {}
+    if (created_spec.get("affinity") or None) != (sent_spec.get("affinity") or None):
+        return None
+    model = model_of(created)
+    written_affinity = (written.get("spec") or {}).get("affinity")
+    if written_affinity:
+        model["spec"]["affinity"] = copy.deepcopy(written_affinity)
+    else:
+        model["spec"].pop("affinity", None)
+    return model
+
+
 class AdmissionModels:
     """The admitted fields of the last dry run of each shape (:func:`model_of`), with the
     time it answered, and the dry runs in flight (one per shape: the checks that ask at once
@@ -124,9 +151,11 @@ class AdmissionModels:
         self.max_shapes = max_shapes
         self._models: OrderedDict[str, tuple[float, JsonDict]] = OrderedDict()
         self._pending: dict[str, asyncio.Future[JsonDict | None]] = {}
-        #: dry runs made, and pinned checks that used another pod's
+        #: dry runs made, pinned checks that used another pod's, and shapes learnt from a
+        #: created pod (:meth:`learn`)
         self.made = 0
         self.reused = 0
+        self.learned = 0
 
     def model(self, key: str, reuse_seconds: float, now: float | None = None) -> JsonDict | None:
         """The model of ``key`` admitted within ``reuse_seconds``, or None."""
@@ -150,14 +179,31 @@ class AdmissionModels:
         self.made += 1
         return future
 
+    def wanted(self, key: str, reuse_seconds: float) -> bool:
+        """Whether ``key`` has no model admitted within ``reuse_seconds`` and no dry run in
+        flight: what a created pod of the shape would teach (:meth:`learn`)."""
+        return key not in self._pending and self.model(key, reuse_seconds) is None
+
+    def learn(self, key: str, model: JsonDict, reuse_seconds: float) -> bool:
+        """Keep ``model`` (:func:`model_from_created`) for ``key`` unless a fresher one is kept
+        or a dry run of it is in flight; whether it was kept."""
+        if not self.wanted(key, reuse_seconds):
+            return False
+        self._keep(key, model)
+        self.learned += 1
+        return True
+
+    def _keep(self, key: str, model: JsonDict) -> None:
+        self._models[key] = (time.monotonic(), model)
+        self._models.move_to_end(key)
+        while len(self._models) > self.max_shapes:
+            self._models.popitem(last=False)
+
     def end(self, key: str, future: asyncio.Future[JsonDict | None], admitted: Any) -> None:
         """The dry run of ``future`` ended with ``admitted`` (the admitted pod, or None)."""
         model = model_of(admitted) if isinstance(admitted, dict) else None
         if model is not None:
-            self._models[key] = (time.monotonic(), model)
-            self._models.move_to_end(key)
-            while len(self._models) > self.max_shapes:
-                self._models.popitem(last=False)
+            self._keep(key, model)
         if self._pending.get(key) is future:
             del self._pending[key]
         if not future.done():

@@ -60,7 +60,9 @@ _SPEC_KEPT = (
     ("resources", True),
     ("runtimeClassName", False),
     ("priority", False),
+    ("priorityClassName", False),
     ("schedulerName", False),
+    ("topologySpreadConstraints", True),
 )
 _META_KEPT = (
     ("name", False),

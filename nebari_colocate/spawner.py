@@ -43,7 +43,7 @@ from traitlets import (
 )
 
 from . import messages, metrics
-from .admission import as_admitted, shape_key
+from .admission import as_admitted, model_from_created, shape_key
 from .affinity import NODEPOOL_LABEL, apply_decision, avoid_nodes, user_colocation_keys
 from .config import (
     ACCESS_MODES,
@@ -144,6 +144,18 @@ class _LateCheck:
 
     task: asyncio.Future[tuple[Decision, float, bool]]
     check_seconds: float
+
+
+@dataclass(frozen=True)
+class _Lesson:
+    """What a pod about to be created may teach its shape's admission model: the shape, the
+    pod as written and as sent, and the uid of the pod of that name the reflector held before
+    (an earlier start's, not deleted yet), which is not it."""
+
+    key: str
+    written: JsonDict
+    sent: JsonDict
+    uid_before: str | None
 
 
 class ColocatingKubeSpawner(KubeSpawner):  # type: ignore[misc]  # KubeSpawner ships no types
@@ -477,9 +489,10 @@ class ColocatingKubeSpawner(KubeSpawner):  # type: ignore[misc]  # KubeSpawner s
         self._colocation_lock_held = False
         self._colocation_locks.release(self.user.name)
 
-    async def _release_when_pod_visible(self) -> None:
+    async def _release_when_pod_visible(self, lesson: _Lesson | None = None) -> None:
         """Release the lock once the new pod is in the reflector (or give up after the retry
-        timeout), so the next spawn of this user sees it."""
+        timeout), so the next spawn of this user sees it; and learn its shape's admission from
+        it (``lesson``: :meth:`_admission_lesson`)."""
         key = f"{self.namespace}/{self.pod_name}"
         deadline = time.monotonic() + self.k8s_api_request_retry_timeout
         try:
@@ -488,12 +501,46 @@ class ColocatingKubeSpawner(KubeSpawner):  # type: ignore[misc]  # KubeSpawner s
                 view = ClusterView.shared(self.api.api_client, self.namespace)
                 seen = not view.live or view.has_pod(self.namespace, self.pod_name)
                 if reflector is not None and key in reflector.pods and seen:
+                    if lesson is not None:
+                        self._learn_admission(lesson, reflector.pods.get(key))
                     return
                 if self._start_future is not None and self._start_future.done():
                     return
                 await asyncio.sleep(0.05)
         finally:
             self._release_colocation_lock()
+
+    def _admission_lesson(
+        self, written: JsonDict, manifest: JsonDict, decision: Decision
+    ) -> _Lesson | None:
+        """What the pod about to be created may teach its shape (``nebari_colocate.admission``:
+        no dry run for the user's next, pinned, server of the profile): only a pod with an
+        exclusive claim (``colocate``), while its shape has no model, and no
+        ``modify_pod_hook`` (what it changes after this manifest is not admission's doing)."""
+        reuse = self.colocation_dry_run_reuse_seconds
+        if reuse <= 0 or decision.verdict != COLOCATE or self.modify_pod_hook is not None:
+            return None
+        key = shape_key(written)
+        if not HubWatches.of_running_loop(self.api.api_client).admission.wanted(key, reuse):
+            return None
+        reflector = self.pod_reflector
+        before = reflector.pods.get(f"{self.namespace}/{self.pod_name}") if reflector else None
+        return _Lesson(key, written, manifest, meta(before).get("uid") if before else None)
+
+    def _learn_admission(self, lesson: _Lesson, created: Any) -> None:
+        if not isinstance(created, dict) or meta(created).get("deletionTimestamp"):
+            return
+        if meta(created).get("uid") == lesson.uid_before:
+            return  # the pod of an earlier start, not deleted yet: not the one sent
+        model = model_from_created(created, lesson.written, lesson.sent)
+        if model is None:
+            self.log.debug(
+                "colocate: admission changed the affinity of pod %s; its shape is not learnt",
+                self.pod_name,
+            )
+            return
+        models = HubWatches.of_running_loop(self.api.api_client).admission
+        models.learn(lesson.key, model, self.colocation_dry_run_reuse_seconds)
 
     # ------------------------------------------------------------------------------------------
     # the pod reflector, on the live view's watch (nebari_colocate.shared_reflector)
@@ -532,8 +579,15 @@ class ColocatingKubeSpawner(KubeSpawner):  # type: ignore[misc]  # KubeSpawner s
         task = asyncio.ensure_future(
             self._new_shared_reflector(key, closed, replace=True, background=True)
         )
-        ColocatingKubeSpawner._closed_replacements[key] = task
-        task.add_done_callback(lambda t: t.cancelled() or t.exception())  # logged where raised
+        replacements = ColocatingKubeSpawner._closed_replacements
+        replacements[key] = task
+
+        def done(t: asyncio.Future[Any]) -> None:
+            if replacements.get(key) is t:
+                del replacements[key]  # (the next closed one starts its own)
+            _ = t.cancelled() or t.exception()  # retrieved: logged where raised
+
+        task.add_done_callback(done)
 
     async def _new_shared_reflector(
         self, key: Any, current: Any, *, replace: bool, background: bool = False
@@ -1155,8 +1209,11 @@ class ColocatingKubeSpawner(KubeSpawner):  # type: ignore[misc]  # KubeSpawner s
             # the move off a premium node: not pinned (the home was released), so keep the pod
             # off every premium node, or the scheduler may put it back where it was
             manifest = avoid_nodes(manifest, self.colocation_move_off)
-        if self._colocation_lock_held:
-            self._colocation_release_task = asyncio.ensure_future(self._release_when_pod_visible())
+        lesson = self._admission_lesson(pod, manifest, decision)
+        if self._colocation_lock_held or lesson is not None:
+            self._colocation_release_task = asyncio.ensure_future(
+                self._release_when_pod_visible(lesson)
+            )
         if decision.verdict == SKIP:
             self.log.debug("colocate: no exclusive claim for %s", self.pod_name)
         return self.api.api_client.deserialize(SimpleNamespace(data=json.dumps(manifest)), "V1Pod")

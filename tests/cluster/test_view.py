@@ -324,6 +324,45 @@ async def test_pinned_checks_of_one_shape_at_once_share_one_dry_run_and_judge_it
         await node_api.delete_runtime_class(name)
 
 
+async def test_a_first_servers_created_pod_teaches_its_shape_so_the_next_makes_no_dry_run(
+    kube, spawners
+):
+    """A user's first server (an RWO home, not pinned, no dry run): the pod kube-apiserver
+    stored, with its RuntimeClass's overhead, teaches the profile's shape; the user's app of that
+    profile, pinned next to it, makes no dry run and is still judged with the overhead."""
+    from kubernetes_asyncio import client
+
+    from nebari_colocate.informer import HubWatches
+
+    await kube.create_node("node-a", cpu="2")
+    await kube.create_bound_claim("claim-alice")
+    node_api = client.NodeV1Api(kube.api_client)
+    name = f"kata-{kube.namespace}"
+    await node_api.create_runtime_class(
+        {"metadata": {"name": name}, "handler": "kata", "overhead": {"podFixed": {"cpu": "1"}}}
+    )
+    try:
+        profile = {"cpu_guarantee": 0.75, "extra_pod_config": {"runtimeClassName": name}}
+        lab = spawners.make("alice", **profile)
+        admission = HubWatches.of_running_loop(lab.api.api_client).admission
+        made, reused, learned = admission.made, admission.reused, admission.learned
+        await spawners.start(lab)
+        assert lab.colocation_timings["dry_runs_made"] == 0
+        await wait_until(
+            lambda: admission.learned == learned + 1, timeout=20, what="the shape learnt"
+        )
+        app = spawners.make("alice", "app", **profile)
+        with pytest.raises(ColocationRefused) as refused:
+            await spawners.start(app)
+        decision = refused.value.decision
+        # as written 0.75 + 0.75 of 2 CPUs fits; with the overhead (1 CPU each) it does not
+        assert (decision.node, decision.reasons) == ("node-a", ["insufficient:cpu"])
+        assert app.colocation_timings["dry_runs_made"] == 0
+        assert (admission.made - made, admission.reused - reused) == (0, 1)
+    finally:
+        await node_api.delete_runtime_class(name)
+
+
 async def test_a_holder_on_a_deleted_node_is_refused_as_node_not_found(kube, spawners):
     from tests.support import helpers
 

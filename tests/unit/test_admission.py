@@ -10,8 +10,17 @@ import time
 
 import pytest
 
-from nebari_colocate.admission import AdmissionModels, as_admitted, model_of, shape_key
-from nebari_colocate.placement import Policy, decide
+from nebari_colocate.admission import (
+    FIELDS,
+    AdmissionModels,
+    as_admitted,
+    model_from_created,
+    model_of,
+    shape_key,
+)
+from nebari_colocate.affinity import apply_decision
+from nebari_colocate.placement import COLOCATE, Decision, Policy, decide
+from nebari_colocate.slim import slim_pod
 from tests.support import builders
 
 
@@ -172,3 +181,91 @@ async def test_the_shapes_kept_are_bounded_oldest_dropped_first():
     for key in keys:
         models.end(key, models.begin(key), admitted_of(server("a")))
     assert [models.model(k, 600) is not None for k in keys] == [False, True, True]
+
+
+# ---------------------------------------------------------------------------------------------
+# a created pod teaches its shape (model_from_created, AdmissionModels.learn)
+
+LABEL = "hub.jupyter.org/username"
+WRITTEN_AFFINITY = {
+    "nodeAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [
+                {"matchExpressions": [{"key": "pool", "operator": "In", "values": ["cpu"]}]}
+            ]
+        }
+    }
+}
+
+
+def sent_of(written: dict, node: str | None = None) -> dict:
+    """``written`` as the spawner sends it: labelled, with the co-location affinity."""
+    decision = Decision(verdict=COLOCATE, node=node, claims=["claim-alice"])
+    return apply_decision(written, decision, LABEL, "alice")
+
+
+@pytest.mark.parametrize("affinity", [None, WRITTEN_AFFINITY], ids=["no affinity", "affinity"])
+@pytest.mark.parametrize("node", [None, "n1"], ids=["first server", "pinned"])
+def test_a_created_pod_teaches_what_a_dry_run_of_the_pod_as_written_would(affinity, node):
+    extra = {"affinity": copy.deepcopy(affinity)} if affinity else {}
+    written = server("alice", **extra)
+    sent = sent_of(written, node)
+    assert sent["spec"]["affinity"] != written["spec"].get("affinity")  # what was merged in
+    created = slim_pod(admitted_of(sent))  # as the watch keeps it
+    model = model_from_created(created, written, sent)
+    assert model is not None
+    bob = server("bob", **copy.deepcopy(extra))
+    assert as_admitted(bob, model) == admitted_of(bob)
+    assert as_admitted(bob, model) == as_admitted(bob, model_of(admitted_of(written)))
+
+
+def test_a_created_pod_whose_affinity_admission_changed_teaches_nothing():
+    written = server("alice")
+    sent = sent_of(written)
+    created = admitted_of(sent)
+    created["spec"]["affinity"]["nodeAffinity"] = WRITTEN_AFFINITY["nodeAffinity"]  # a webhook
+    assert model_from_created(created, written, sent) is None
+    del created["spec"]["affinity"]  # a webhook took it all out
+    assert model_from_created(created, written, sent) is None
+
+
+def test_the_watch_keeps_every_field_a_model_takes():
+    """slim_pod keeps each of admission.FIELDS and each container's resources and
+    restartPolicy: a model from a watched pod misses none."""
+    pod = server("alice")
+    values = {
+        "affinity": WRITTEN_AFFINITY,
+        "nodeSelector": {"pool": "cpu"},
+        "tolerations": [{"key": "gpu", "operator": "Exists"}],
+        "overhead": {"cpu": "250m"},
+        "resources": {"requests": {"cpu": "1"}},
+        "runtimeClassName": "kata",
+        "priority": 1000,
+        "priorityClassName": "hi",
+        "schedulerName": "default-scheduler",
+        "topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "zone"}],
+    }
+    assert set(values) == set(FIELDS)
+    pod["spec"].update(copy.deepcopy(values))
+    pod["spec"]["initContainers"] = [{"name": "sidecar", "image": "x", "restartPolicy": "Always"}]
+    assert model_of(slim_pod(pod)) == model_of(pod)
+
+
+async def test_a_learnt_model_is_kept_only_where_none_is_fresh_and_no_dry_run_is_in_flight():
+    models = AdmissionModels()
+    written = server("alice")
+    key = shape_key(written)
+    learnt = model_from_created(admitted_of(sent_of(written)), written, sent_of(written))
+    assert learnt is not None
+    future = models.begin(key)
+    assert not models.wanted(key, 600)
+    assert models.learn(key, learnt, 600) is False  # the dry run in flight will answer
+    models.end(key, future, admitted_of(written))
+    assert not models.wanted(key, 600)
+    assert models.learn(key, learnt, 600) is False and models.learned == 0
+    other = shape_key(server("alice", nodeSelector={"pool": "gpu"}))
+    assert models.wanted(other, 600)
+    assert models.learn(other, learnt, 600) is True
+    assert (models.learned, models.made) == (1, 1)
+    assert models.model(other, 600) == learnt
+    assert models.wanted(other, 0)  # older than a reuse of 0 s
