@@ -43,7 +43,7 @@ from traitlets import (
 )
 
 from . import messages, metrics
-from .admission import as_admitted, model_from_created, shape_key
+from .admission import CONTEXT_FIELDS, FIELDS, as_admitted, model_from_created, shape_key
 from .affinity import NODEPOOL_LABEL, apply_decision, avoid_nodes, user_colocation_keys
 from .config import (
     ACCESS_MODES,
@@ -118,22 +118,18 @@ __all__ = ["JUPYTERHUB_MAJOR", "ColocatingKubeSpawner", "ColocationRefused", "Ku
 
 
 def _placement_fingerprint(pod: JsonDict) -> str:
-    """The parts of a manifest the decision depends on."""
+    """The parts of a manifest the decision depends on, and every field of its admission shape
+    (:func:`nebari_colocate.admission.shape_key`): equal fingerprints, equal shapes."""
     spec = pod.get("spec") or {}
-    keys = (
-        "volumes",
-        "containers",
-        "initContainers",
-        "overhead",
-        "resources",
-        "nodeSelector",
-        "tolerations",
-        "affinity",
-    )
-    relevant = {k: spec.get(k) for k in keys}
+    relevant = {k: spec.get(k) for k in _FINGERPRINT_FIELDS}
     relevant["namespace"] = (pod.get("metadata") or {}).get("namespace")
     relevant["name"] = (pod.get("metadata") or {}).get("name")
     return json.dumps(relevant, sort_keys=True, default=str)
+
+
+_FINGERPRINT_FIELDS = tuple(
+    dict.fromkeys(("volumes", "containers", "initContainers", *FIELDS, *CONTEXT_FIELDS))
+)
 
 
 @dataclass
@@ -399,6 +395,9 @@ class ColocatingKubeSpawner(KubeSpawner):  # type: ignore[misc]  # KubeSpawner s
         self._colocation_checked: tuple[str, Decision] | None = None
         self._late_check: _LateCheck | None = None
         self._dry_runs_made = 0
+        #: the admission shape key the check of this spawn computed (``_admitted``), reused by
+        #: the lesson of the pod it lets be created (``_admission_lesson``)
+        self._colocation_shape_key: str | None = None
         self._colocation_release_task: asyncio.Future[None] | None = None
         self._colocation_decision: Decision | None = None
         self._event_verdict: EventVerdict | None = None
@@ -489,10 +488,10 @@ class ColocatingKubeSpawner(KubeSpawner):  # type: ignore[misc]  # KubeSpawner s
         self._colocation_lock_held = False
         self._colocation_locks.release(self.user.name)
 
-    async def _release_when_pod_visible(self, lesson: _Lesson | None = None) -> None:
-        """Release the lock once the new pod is in the reflector (or give up after the retry
-        timeout), so the next spawn of this user sees it; and learn its shape's admission from
-        it (``lesson``: :meth:`_admission_lesson`)."""
+    async def _once_pod_visible(self, lesson: _Lesson | None = None) -> None:
+        """Once the new pod is in the reflector (or after the retry timeout): release the lock,
+        so the next spawn of this user sees the pod, and learn its shape's admission from it
+        (``lesson``: :meth:`_admission_lesson`)."""
         key = f"{self.namespace}/{self.pod_name}"
         deadline = time.monotonic() + self.k8s_api_request_retry_timeout
         try:
@@ -520,7 +519,9 @@ class ColocatingKubeSpawner(KubeSpawner):  # type: ignore[misc]  # KubeSpawner s
         reuse = self.colocation_dry_run_reuse_seconds
         if reuse <= 0 or decision.verdict != COLOCATE or self.modify_pod_hook is not None:
             return None
-        key = shape_key(written)
+        # The check's key when it computed one: its pod had this manifest's fingerprint, which
+        # holds every field of the shape.
+        key = self._colocation_shape_key or shape_key(written)
         if not HubWatches.of_running_loop(self.api.api_client).admission.wanted(key, reuse):
             return None
         reflector = self.pod_reflector
@@ -743,7 +744,7 @@ class ColocatingKubeSpawner(KubeSpawner):  # type: ignore[misc]  # KubeSpawner s
             self._dry_runs_made += 1
             return await self._admitted_alone(pod, deadline)
         models = HubWatches.of_running_loop(self.api.api_client).admission
-        key = shape_key(pod)
+        key = self._colocation_shape_key = shape_key(pod)
         model = models.model(key, reuse)
         pending = models.pending(key) if model is None else None
         if pending is not None:
@@ -868,6 +869,7 @@ class ColocatingKubeSpawner(KubeSpawner):  # type: ignore[misc]  # KubeSpawner s
         started = time.perf_counter()
         deadline = started + self.colocation_check_timeout
         self._dry_runs_made = 0  # (a reused dry run makes none)
+        self._colocation_shape_key = None
         policy = self.colocation_policy()
         try:
             # From memory when the view is live: no await, so no other task (a reflector's
@@ -1212,7 +1214,7 @@ class ColocatingKubeSpawner(KubeSpawner):  # type: ignore[misc]  # KubeSpawner s
         lesson = self._admission_lesson(pod, manifest, decision)
         if self._colocation_lock_held or lesson is not None:
             self._colocation_release_task = asyncio.ensure_future(
-                self._release_when_pod_visible(lesson)
+                self._once_pod_visible(lesson)
             )
         if decision.verdict == SKIP:
             self.log.debug("colocate: no exclusive claim for %s", self.pod_name)

@@ -236,18 +236,28 @@ async def test_a_view_whose_watch_broke_is_not_trusted_and_lists_again(
         await proxy.stop()
 
 
-async def test_a_runtime_class_with_overhead_is_judged_as_the_scheduler_judges_it(kube, spawners):
+@contextlib.asynccontextmanager
+async def runtime_class_with_overhead(kube, cpu: str):
+    """A RuntimeClass ``kata-<namespace>`` whose pods carry ``cpu`` of fixed overhead (added by
+    admission, as kube-apiserver's RuntimeClass plugin does); its name, deleted afterwards."""
     from kubernetes_asyncio import client
 
-    await kube.create_node("node-a", cpu="2")
-    await kube.create_node("node-b", cpu="8")
-    await kube.create_bound_claim("claim-alice")
     node_api = client.NodeV1Api(kube.api_client)
     name = f"kata-{kube.namespace}"
     await node_api.create_runtime_class(
-        {"metadata": {"name": name}, "handler": "kata", "overhead": {"podFixed": {"cpu": "1"}}}
+        {"metadata": {"name": name}, "handler": "kata", "overhead": {"podFixed": {"cpu": cpu}}}
     )
     try:
+        yield name
+    finally:
+        await node_api.delete_runtime_class(name)
+
+
+async def test_a_runtime_class_with_overhead_is_judged_as_the_scheduler_judges_it(kube, spawners):
+    await kube.create_node("node-a", cpu="2")
+    await kube.create_node("node-b", cpu="8")
+    await kube.create_bound_claim("claim-alice")
+    async with runtime_class_with_overhead(kube, cpu="1") as name:
         lab = spawners.make(
             "alice", node_selector={"kubernetes.io/hostname": "node-a"}, cpu_guarantee=0.5
         )
@@ -271,8 +281,6 @@ async def test_a_runtime_class_with_overhead_is_judged_as_the_scheduler_judges_i
         await kube.core.delete_namespaced_pod(
             "scheduler-judges", kube.namespace, grace_period_seconds=0
         )
-    finally:
-        await node_api.delete_runtime_class(name)
 
 
 async def test_pinned_checks_of_one_shape_at_once_share_one_dry_run_and_judge_its_overhead(
@@ -280,20 +288,13 @@ async def test_pinned_checks_of_one_shape_at_once_share_one_dry_run_and_judge_it
 ):
     """Two users' apps of one profile, checked at once: one dry run (the other check waits for
     it, then takes its admitted fields), and each is judged with the RuntimeClass's overhead."""
-    from kubernetes_asyncio import client
-
     from nebari_colocate.informer import HubWatches
 
     users = ("alice", "bob")
     for user in users:
         await kube.create_node(f"node-{user}", cpu="2")
         await kube.create_bound_claim(f"claim-{user}")
-    node_api = client.NodeV1Api(kube.api_client)
-    name = f"kata-{kube.namespace}"
-    await node_api.create_runtime_class(
-        {"metadata": {"name": name}, "handler": "kata", "overhead": {"podFixed": {"cpu": "1"}}}
-    )
-    try:
+    async with runtime_class_with_overhead(kube, cpu="1") as name:
         for user in users:
             lab = spawners.make(
                 user, node_selector={"kubernetes.io/hostname": f"node-{user}"}, cpu_guarantee=0.5
@@ -320,8 +321,6 @@ async def test_pinned_checks_of_one_shape_at_once_share_one_dry_run_and_judge_it
             await spawners.start(again)
         assert refused.value.decision.reasons == ["insufficient:cpu"]
         assert (admission.made - made, admission.reused - reused) == (1, 2)
-    finally:
-        await node_api.delete_runtime_class(name)
 
 
 async def test_a_first_servers_created_pod_teaches_its_shape_so_the_next_makes_no_dry_run(
@@ -330,18 +329,11 @@ async def test_a_first_servers_created_pod_teaches_its_shape_so_the_next_makes_n
     """A user's first server (an RWO home, not pinned, no dry run): the pod kube-apiserver
     stored, with its RuntimeClass's overhead, teaches the profile's shape; the user's app of that
     profile, pinned next to it, makes no dry run and is still judged with the overhead."""
-    from kubernetes_asyncio import client
-
     from nebari_colocate.informer import HubWatches
 
     await kube.create_node("node-a", cpu="2")
     await kube.create_bound_claim("claim-alice")
-    node_api = client.NodeV1Api(kube.api_client)
-    name = f"kata-{kube.namespace}"
-    await node_api.create_runtime_class(
-        {"metadata": {"name": name}, "handler": "kata", "overhead": {"podFixed": {"cpu": "1"}}}
-    )
-    try:
+    async with runtime_class_with_overhead(kube, cpu="1") as name:
         profile = {"cpu_guarantee": 0.75, "extra_pod_config": {"runtimeClassName": name}}
         lab = spawners.make("alice", **profile)
         admission = HubWatches.of_running_loop(lab.api.api_client).admission
@@ -359,8 +351,6 @@ async def test_a_first_servers_created_pod_teaches_its_shape_so_the_next_makes_n
         assert (decision.node, decision.reasons) == ("node-a", ["insufficient:cpu"])
         assert app.colocation_timings["dry_runs_made"] == 0
         assert (admission.made - made, admission.reused - reused) == (0, 1)
-    finally:
-        await node_api.delete_runtime_class(name)
 
 
 async def test_a_holder_on_a_deleted_node_is_refused_as_node_not_found(kube, spawners):
