@@ -1213,9 +1213,7 @@ class ColocatingKubeSpawner(KubeSpawner):  # type: ignore[misc]  # KubeSpawner s
             manifest = avoid_nodes(manifest, self.colocation_move_off)
         lesson = self._admission_lesson(pod, manifest, decision)
         if self._colocation_lock_held or lesson is not None:
-            self._colocation_release_task = asyncio.ensure_future(
-                self._once_pod_visible(lesson)
-            )
+            self._colocation_release_task = asyncio.ensure_future(self._once_pod_visible(lesson))
         if decision.verdict == SKIP:
             self.log.debug("colocate: no exclusive claim for %s", self.pod_name)
         return self.api.api_client.deserialize(SimpleNamespace(data=json.dumps(manifest)), "V1Pod")
