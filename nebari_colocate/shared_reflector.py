@@ -31,6 +31,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from asyncio import Future
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
@@ -111,6 +112,8 @@ class PodSelection(Mapping[str, JsonDict]):
         self.namespace = namespace
         self.labels = dict(labels)
         self._pods: dict[str, JsonDict] = {}
+        #: key -> the waiters on that pod (:meth:`until`): what each waits for, and its future
+        self._waiters: dict[str, list[tuple[Callable[[JsonDict | None], bool], Future[None]]]] = {}
 
     def change(self, old: JsonDict | None, new: JsonDict | None) -> None:
         if new is not None:
@@ -121,6 +124,56 @@ class PodSelection(Mapping[str, JsonDict]):
             self._pods.pop(cache_key(old), None)
         if new is not None and selects(new, self.namespace, self.labels):
             self._pods[cache_key(new)] = new
+        if self._waiters:
+            for obj in (new, old):
+                if obj is not None:
+                    self._wake(cache_key(obj))
+
+    def until(self, key: str, done: Callable[[JsonDict | None], bool]) -> Future[None]:
+        """A future set once ``done(pod)`` is true of the pod ``key`` as this selection holds it
+        (None: not held), looked at now and on each change of that pod (the watch's, a read by
+        name's); the caller cancels it to stop waiting.  Costs nothing per change of other
+        pods but one dict lookup while anyone waits."""
+        future: Future[None] = asyncio.get_running_loop().create_future()
+        if done(self._pods.get(key)):
+            future.set_result(None)
+            return future
+        entry = (done, future)
+        self._waiters.setdefault(key, []).append(entry)
+        future.add_done_callback(lambda _: self._forget(key, entry))
+        return future
+
+    def _wake(self, key: str) -> None:
+        waiters = self._waiters.get(key)
+        if not waiters:
+            return
+        pod = self._pods.get(key)
+        for done, future in list(waiters):
+            if future.done():
+                continue
+            try:
+                if done(pod):
+                    future.set_result(None)
+            except Exception as exc:  # a waiter's own error is its waiter's, not the watch's
+                future.set_exception(exc)
+
+    def _forget(
+        self, key: str, entry: tuple[Callable[[JsonDict | None], bool], Future[None]]
+    ) -> None:
+        waiters = self._waiters.get(key)
+        if waiters is None:
+            return
+        with contextlib.suppress(ValueError):
+            waiters.remove(entry)
+        if not waiters:
+            del self._waiters[key]
+
+    def wake_all(self) -> None:
+        """End every wait (the reflector stops: its pods will not change again)."""
+        for waiters in list(self._waiters.values()):
+            for _, future in list(waiters):
+                if not future.done():
+                    future.set_result(None)
 
     def read(self, key: str, pod: JsonDict | None) -> None:
         """What a read of the pod ``key`` by name answered (None: not found), unless the store
@@ -133,6 +186,7 @@ class PodSelection(Mapping[str, JsonDict]):
                 self._pods[key] = pod
             else:
                 self._pods.pop(key, None)
+        self._wake(key)
 
     def selects_key(self, key: str) -> bool:
         """Whether a pod of this key may be one of this selection's (its namespace)."""
@@ -179,11 +233,35 @@ class SharedPodReflector:
         self._close_task: asyncio.Task[None] | None = None
         #: reads by name of awaited pods while the watch was quiet (tests and benchmarks count)
         self.close_reads = 0
+        #: waits of :meth:`wait_for` that came true, and that ran out of time (tests count)
+        self.waits_met = 0
+        self.waits_timed_out = 0
 
     @property
     def pods(self) -> Mapping[str, JsonDict]:
         """The selected pods, ``"namespace/name"`` -> pod (read-only)."""
         return self._selection
+
+    async def wait_for(
+        self, key: str, done: Callable[[JsonDict | None], bool], timeout: float
+    ) -> bool:
+        """Wait up to ``timeout`` seconds until ``done(pod)`` is true of the pod ``key`` as
+        :attr:`pods` holds it (None: not held), woken by its changes, not by polling
+        (:meth:`PodSelection.until`); whether it came true.  A reflector that stops ends the
+        wait (False)."""
+        if not self._listening:
+            return bool(done(self._selection.get(key)))
+        future = self._selection.until(key, done)
+        try:
+            await asyncio.wait_for(future, timeout)
+        except asyncio.TimeoutError:
+            self.waits_timed_out += 1
+            return False
+        finally:
+            future.cancel()
+        met = bool(done(self._selection.get(key)))
+        self.waits_met += met
+        return met
 
     #: KubeSpawner's ResourceReflector name for the same store
     resources = pods
@@ -279,6 +357,7 @@ class SharedPodReflector:
         if self._listening:
             self._listening = False
             self.hub.pod_listeners.pop(id(self), None)
+            self._selection.wake_all()
         task, self._close_task = self._close_task, None
         if task is not None:
             task.cancel()

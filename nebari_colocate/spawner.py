@@ -23,7 +23,7 @@ import asyncio
 import contextlib
 import json
 import time
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from types import SimpleNamespace
@@ -130,6 +130,10 @@ def _placement_fingerprint(pod: JsonDict) -> str:
 _FINGERPRINT_FIELDS = tuple(
     dict.fromkeys(("volumes", "containers", "initContainers", *FIELDS, *CONTEXT_FIELDS))
 )
+
+
+def _present(pod: JsonDict | None) -> bool:
+    return pod is not None
 
 
 @dataclass
@@ -495,6 +499,11 @@ class ColocatingKubeSpawner(KubeSpawner):  # type: ignore[misc]  # KubeSpawner s
         key = f"{self.namespace}/{self.pod_name}"
         deadline = time.monotonic() + self.k8s_api_request_retry_timeout
         try:
+            reflector = self.pod_reflector
+            if isinstance(reflector, SharedPodReflector) and self._start_future is not None:
+                # the view's store is the reflector's: woken by the pod's ADDED, not polled
+                await self._visible_in(reflector, key, self._start_future, lesson)
+                return
             while time.monotonic() < deadline:
                 reflector = self.pod_reflector
                 view = ClusterView.shared(self.api.api_client, self.namespace)
@@ -508,6 +517,27 @@ class ColocatingKubeSpawner(KubeSpawner):  # type: ignore[misc]  # KubeSpawner s
                 await asyncio.sleep(0.05)
         finally:
             self._release_colocation_lock()
+
+    async def _visible_in(
+        self,
+        reflector: SharedPodReflector,
+        key: str,
+        start: asyncio.Future[Any],
+        lesson: _Lesson | None,
+    ) -> None:
+        """Wait until the pod ``key`` is in the shared reflector (the start ends, or after the
+        retry timeout: give up), then learn from it."""
+        visible = asyncio.ensure_future(
+            reflector.wait_for(key, _present, self.k8s_api_request_retry_timeout)
+        )
+        try:
+            await asyncio.wait({visible, start}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            if not visible.done():
+                visible.cancel()
+        shown = visible.done() and not visible.cancelled() and visible.exception() is None
+        if shown and visible.result() and lesson is not None:
+            self._learn_admission(lesson, reflector.pods.get(key))
 
     def _admission_lesson(
         self, written: JsonDict, manifest: JsonDict, decision: Decision
@@ -833,11 +863,68 @@ class ColocatingKubeSpawner(KubeSpawner):  # type: ignore[misc]  # KubeSpawner s
         )
 
     async def _make_create_pod_request(self, pod: Any, request_timeout: float) -> bool:
-        return bool(
+        created = bool(
             await self._unless_unreachable(
                 super()._make_create_pod_request(pod, request_timeout), "pod create", False
             )
         )
+        if created:
+            await self._until_pod_settles(self._pod_started, "start")
+        return created
+
+    async def _make_delete_pod_request(
+        self, pod_name: str, delete_options: Any, grace_seconds: int, request_timeout: float
+    ) -> bool:
+        deleted = bool(
+            await super()._make_delete_pod_request(
+                pod_name, delete_options, grace_seconds, request_timeout
+            )
+        )
+        if deleted and pod_name == self.pod_name:
+            await self._until_pod_settles(lambda pod: pod is None, "stop")
+        return deleted
+
+    async def _until_pod_settles(
+        self, settled: Callable[[JsonDict | None], bool], what: str
+    ) -> None:
+        """After the create (or the delete) of this server's pod, wait until the shared pod
+        reflector shows it ``settled`` (started: running, or failed, or ended, or being deleted;
+        gone), woken by the pod's own changes; KubeSpawner's wait for the same, next, finds it
+        at its first look.  KubeSpawner's wait alone looks with a backoff of full jitter, up to
+        5 s apart: the server was told running a second or more after its pod ran, on average
+        (docs/decisions.md, "Told when the pod runs").  After ``start_timeout`` it ends as
+        KubeSpawner's own wait ends (the reflector replaced when the pod never showed up, then
+        ``TimeoutError`` with KubeSpawner's words).  With KubeSpawner's own reflector
+        (``colocation_share_pod_watch`` off, or not possible) nothing changes."""
+        reflector = self.pod_reflector
+        if not isinstance(reflector, SharedPodReflector):
+            return
+        key = f"{self.namespace}/{self.pod_name}"
+        if await reflector.wait_for(key, settled, self.start_timeout) or reflector.closed:
+            return
+        if what == "start" and key not in reflector.pods:
+            self.log.error("Pod %s never showed up in reflector, restarting pod reflector", key)
+            await self._start_watching_pods(replace=True)
+        elif what == "stop":
+            self.log.error("Pod %s did not disappear, restarting pod reflector", key)
+            await self._start_watching_pods(replace=True)
+        done = "start" if what == "start" else "disappear"
+        raise asyncio.TimeoutError(f"pod {key} did not {done} in {self.start_timeout} seconds!")
+
+    def _pod_started(self, pod: JsonDict | None) -> bool:
+        """Whether KubeSpawner's wait for a started pod would end on ``pod`` (it runs), or never
+        will (it failed, it ended, it is being deleted)."""
+        if pod is None:
+            return False
+        if meta(pod).get("deletionTimestamp"):
+            return True
+        phase = (pod.get("status") or {}).get("phase")
+        if phase in ("Failed", "Succeeded"):
+            return True
+        try:
+            return bool(self.is_pod_running(pod))
+        except (KeyError, TypeError):  # a pod without the status fields KubeSpawner reads yet
+            return False
 
     async def _ensure_namespace(self) -> None:
         async def attempt() -> bool:
@@ -1182,7 +1269,8 @@ class ColocatingKubeSpawner(KubeSpawner):  # type: ignore[misc]  # KubeSpawner s
 
     async def get_pod_manifest(self) -> Any:
         """KubeSpawner's manifest with the co-location label and affinity merged in."""
-        pod = self._serialize(await super().get_pod_manifest())
+        written = await super().get_pod_manifest()
+        pod = self._serialize(written)
         checked = self._colocation_checked
         self._colocation_checked = None
         late, self._late_check = self._late_check, None
@@ -1216,7 +1304,23 @@ class ColocatingKubeSpawner(KubeSpawner):  # type: ignore[misc]  # KubeSpawner s
             self._colocation_release_task = asyncio.ensure_future(self._once_pod_visible(lesson))
         if decision.verdict == SKIP:
             self.log.debug("colocate: no exclusive claim for %s", self.pod_name)
-        return self.api.api_client.deserialize(SimpleNamespace(data=json.dumps(manifest)), "V1Pod")
+        return self._placed(written, manifest)
+
+    def _placed(self, written: Any, manifest: JsonDict) -> Any:
+        """KubeSpawner's V1Pod ``written`` given the labels and the affinity of ``manifest``
+        (what ``apply_decision`` and ``avoid_nodes`` change of it; the rest is ``written``'s
+        own, serialised into ``manifest`` unchanged), in place: no JSON round trip of the whole
+        pod per spawn."""
+        written.metadata.labels = dict(meta(manifest).get("labels") or {})
+        affinity = (manifest.get("spec") or {}).get("affinity")
+        written.spec.affinity = (
+            self.api.api_client.deserialize(
+                SimpleNamespace(data=json.dumps(affinity)), "V1Affinity"
+            )
+            if affinity
+            else None
+        )
+        return written
 
     # ------------------------------------------------------------------------------------------
     # fail fast after the pod exists

@@ -8,14 +8,17 @@ mount the same exclusive claim are bound to different nodes.
 
 from __future__ import annotations
 
+import asyncio
 import time
 
+import pytest
 from kubespawner import KubeSpawner
 from kubespawner.spawner import PodReflector
 
 from nebari_colocate.shared_reflector import SharedPodReflector
 from nebari_colocate.view import ClusterView
 from tests.cluster.test_spawner_cluster import grant_z2jh_hub_role
+from tests.support import helpers
 from tests.support.waiting import wait_until
 
 
@@ -86,6 +89,66 @@ async def test_start_and_poll_read_the_live_views_watch_and_no_second_watch_runs
     assert f"{kube.namespace}/{app.pod_name}" not in reflector.pods
     assert await app.poll() == 1
     assert await lab.poll() is None
+
+
+async def test_start_and_stop_end_on_the_pods_own_change_not_on_kubespawners_next_look(
+    kube, spawners
+):
+    """KubeSpawner's wait for the pod (running, then gone) looks at the reflector with a
+    backoff of full jitter up to 5 s apart; the spawner waits first, woken by the pod's change
+    in the shared reflector, so KubeSpawner's wait finds it at its first look."""
+    await kube.create_node("cpu-1", cpu="8")
+    await kube.create_bound_claim("claim-alice")
+    lab = spawners.make("alice", colocation_share_pod_watch=True)
+    kubespawners_looks: list[bool] = []
+    ours = {"looking": False}
+    is_pod_running, pod_started = lab.is_pod_running, lab._pod_started
+
+    def looked(pod):
+        running = is_pod_running(pod)
+        if not ours["looking"]:
+            kubespawners_looks.append(running)
+        return running
+
+    def spawners_look(pod):
+        ours["looking"] = True
+        try:
+            return pod_started(pod)
+        finally:
+            ours["looking"] = False
+
+    lab.is_pod_running, lab._pod_started = looked, spawners_look
+    await spawners.start(lab)
+    reflector = lab.pod_reflector
+    assert isinstance(reflector, SharedPodReflector)
+    assert reflector.waits_timed_out == 0
+    # KubeSpawner's wait looked once and found it running (alone, it looks right after the
+    # create, finds it Pending, and sleeps)
+    assert kubespawners_looks == [True]
+    key = f"{kube.namespace}/{lab.pod_name}"
+    met = reflector.waits_met
+    await lab.stop(now=True)
+    assert key not in reflector.pods
+    assert (reflector.waits_met - met, reflector.waits_timed_out) == (1, 0)  # the wait for gone
+
+
+async def test_a_pod_that_never_runs_ends_the_start_with_kubespawners_timeout(kube, spawners):
+    """The spawner's wait ends after ``start_timeout`` as KubeSpawner's own does: its words,
+    and the pod is left to JupyterHub's stop (here: the teardown's)."""
+    await kube.create_node("cpu-1", cpu="8")
+    await kube.create_bound_claim("claim-alice")
+    lab = spawners.make(
+        "alice",
+        colocation_share_pod_watch=True,
+        fail_fast_on_events=False,
+        start_timeout=3,
+        extra_annotations=helpers.HOLD,  # scheduled, never run (the kubelet stub holds it)
+    )
+    with pytest.raises(asyncio.TimeoutError, match="did not start in 3 seconds"):
+        await spawners.start(lab)
+    reflector = lab.pod_reflector
+    assert reflector.waits_timed_out == 1
+    assert f"{kube.namespace}/{lab.pod_name}" in reflector.pods  # shown, not running
 
 
 async def test_a_server_pod_deleted_behind_the_hubs_back_polls_as_stopped(kube, spawners):

@@ -203,6 +203,136 @@ def test_reads_by_name_and_watch_changes_keep_the_newest_version(name, steps, ex
     assert (None if got is None else got["status"]["phase"]) == expected, name
 
 
+def running(pod: dict | None) -> bool:
+    return pod is not None and pod["status"]["phase"] == "Running"
+
+
+def gone(pod: dict | None) -> bool:
+    return pod is None
+
+
+@pytest.mark.parametrize(
+    "name, before, steps, done, woken",
+    [
+        (
+            "already so: set at once",
+            versioned("a", "5", "Running"),
+            [],
+            running,
+            True,
+        ),
+        (
+            "woken by the watch's change of that pod",
+            versioned("a", "5", "Pending"),
+            [("watch", "a", "6", "Running")],
+            running,
+            True,
+        ),
+        (
+            "woken by a read by name (a quiet watch)",
+            versioned("a", "5", "Pending"),
+            [("read", "a", "6", "Running")],
+            running,
+            True,
+        ),
+        (
+            "another pod's change does not wake it",
+            versioned("a", "5", "Pending"),
+            [("watch", "b", "6", "Running")],
+            running,
+            False,
+        ),
+        (
+            "a change that is not yet so leaves it waiting",
+            versioned("a", "5", "Pending"),
+            [("watch", "a", "6", "Pending")],
+            running,
+            False,
+        ),
+        (
+            "an older version the watch catches up with does not wake it",
+            versioned("a", "7", "Pending"),
+            [("watch", "a", "6", "Running")],
+            running,
+            False,
+        ),
+        (
+            "the pod's deletion wakes a wait for it gone",
+            versioned("a", "5", "Running"),
+            [("delete", "a", "5", "Running")],
+            gone,
+            True,
+        ),
+        (
+            "a read answering 404 wakes a wait for it gone",
+            versioned("a", "5", "Running"),
+            [("read", "a", None, None)],
+            gone,
+            True,
+        ),
+        (
+            "a pod not there yet is not gone-and-done for a wait for it running",
+            None,
+            [("watch", "a", "3", "Pending"), ("watch", "a", "4", "Running")],
+            running,
+            True,
+        ),
+    ],
+)
+async def test_a_wait_on_one_pod_is_woken_by_that_pods_changes_only(
+    name, before, steps, done, woken
+):
+    selection = PodSelection("jhub", SERVER)
+    if before is not None:
+        selection.change(None, before)
+    future = selection.until("jhub/a", done)
+    for kind, pod_name, version, phase in steps:
+        have = selection.get(f"jhub/{pod_name}")
+        if kind == "read":
+            new = None if version is None else versioned(pod_name, version, phase)
+            selection.read(f"jhub/{pod_name}", new)
+        elif kind == "delete":
+            selection.change(have, None)
+        else:
+            selection.change(have, versioned(pod_name, version, phase))
+    assert future.done() is woken, name
+    if not woken:
+        future.cancel()
+    await asyncio.sleep(0)  # (a future's done callbacks run on the loop's next turn)
+    assert selection._waiters == {}, "a wait that ended leaves nothing behind"
+
+
+async def test_a_wait_cancelled_or_ended_by_wake_all_leaves_no_waiter():
+    selection = PodSelection("jhub", SERVER)
+    selection.change(None, versioned("a", "5", "Pending"))
+    first = selection.until("jhub/a", running)
+    second = selection.until("jhub/a", gone)
+    third = selection.until("jhub/b", running)
+    assert not first.done() and not second.done() and not third.done()
+    first.cancel()
+    await asyncio.sleep(0)
+    assert set(selection._waiters) == {"jhub/a", "jhub/b"}
+    assert len(selection._waiters["jhub/a"]) == 1
+    selection.wake_all()
+    await asyncio.sleep(0)
+    assert second.done() and third.done() and selection._waiters == {}
+
+
+async def test_a_waiters_own_error_ends_its_wait_not_the_watch():
+    selection = PodSelection("jhub", SERVER)
+
+    def broken(pod):
+        if pod is not None:
+            raise KeyError("status")
+        return False
+
+    future = selection.until("jhub/a", broken)
+    calm = selection.until("jhub/a", running)
+    selection.change(None, versioned("a", "5", "Running"))  # no exception out of the watch
+    assert isinstance(future.exception(), KeyError)
+    assert calm.done() and calm.exception() is None
+
+
 @pytest.mark.parametrize(
     "namespace, key, expected",
     [("jhub", "jhub/a", True), ("jhub", "other/a", False), (None, "other/a", True)],
