@@ -27,7 +27,11 @@ nodes, after each round) and errors (any exception of a start, a pod not running
 Last line: ``burst: users=100 stock p50=… s p99=… s ours p50=… s p99=… s ratio-p99=…; check
 p99=… ms; splits=0 errors=0`` (p50 and p99 over both rounds).
 
-    python -m benchmarks.burst [--users 100] [--nodes 10] [--spans] [--share-pod-watch]
+With ``--steps``, per class and round, the p50 of when each spawn sent its PVC request and its pod
+create, and when its pod was first seen scheduled and running in the reflector (a task looking
+every 20 ms), against when ``start()`` returned.
+
+    python -m benchmarks.burst [--users 100] [--nodes 10] [--spans] [--steps] [--share-pod-watch]
 """
 
 from __future__ import annotations
@@ -90,6 +94,8 @@ class Record:
         self.wall: dict[int, float] = {}
         self.errors: list[str] = []
         self.splits = 0
+        #: ``--steps``: per round, step -> the seconds after each spawn began that it was reached
+        self.steps: dict[int, dict[str, list[float]]] = {n: {} for n, _ in ROUNDS}
 
     def span(self, round_number: int, name: str, seconds: float) -> None:
         self.spans[round_number].setdefault(name, []).append(seconds)
@@ -130,6 +136,65 @@ def instrument_spans() -> None:
         setattr(cls, name, _timed(span, getattr(cls, name)))
 
 
+#: ``--steps``, in the order a spawn reaches them
+STEPS = (
+    "PVC request sent",
+    "pod create sent",
+    "pod seen scheduled",
+    "pod seen running",
+    "start() returned",
+)
+#: spawner -> when its start began, and the requests it sent (``--steps``)
+BEGAN: dict[int, float] = {}
+SENT: dict[int, set[str]] = {}
+
+
+def step(spawner: Any, name: str) -> None:
+    record, began = CURRENT["record"], BEGAN.get(id(spawner))
+    if record is not None and began is not None:
+        seconds = time.perf_counter() - began
+        record.steps[CURRENT["round"]].setdefault(name, []).append(seconds)
+
+
+def instrument_steps() -> None:
+    """Note when each spawn sends its PVC request and its pod create (KubeSpawner's own
+    request methods, which ours calls too; the benchmark's wrappers, the library unchanged)."""
+    from kubespawner import KubeSpawner
+
+    for method, name in (
+        ("_make_create_pvc_request", "PVC request sent"),
+        ("_make_create_pod_request", "pod create sent"),
+    ):
+        original = getattr(KubeSpawner, method)
+
+        def wrapper(self: Any, *args: Any, _o: Any = original, _n: str = name) -> Any:
+            sent = SENT.setdefault(id(self), set())
+            if _n not in sent:  # the first request (a retry is not a step)
+                sent.add(_n)
+                step(self, _n)
+            return _o(self, *args)
+
+        setattr(KubeSpawner, method, wrapper)
+
+
+async def look_at_pod(spawner: Any) -> None:
+    """``--steps``: when the pod is first seen scheduled and running in the spawner's pod
+    reflector (looked at every 20 ms)."""
+    scheduled = False
+    while True:
+        await asyncio.sleep(0.02)
+        reflector = spawner.pod_reflector
+        pod = reflector.pods.get(f"{spawner.namespace}/{spawner.pod_name}") if reflector else None
+        if pod is None:
+            continue
+        if not scheduled and (pod.get("spec") or {}).get("nodeName"):
+            scheduled = True
+            step(spawner, "pod seen scheduled")
+        if spawner.is_pod_running(pod):
+            step(spawner, "pod seen running")
+            return
+
+
 async def watch_loop(stalls: list[float], stop: asyncio.Event, tick: float = 0.005) -> None:
     """How late the loop wakes a 5 ms sleep: its stalls (JSON parsing, a relist, a busy core)."""
     while not stop.is_set():
@@ -159,13 +224,19 @@ def spawner_for(tag: str, namespace: str, user: str, server: str):
     return spawner
 
 
-async def timed_start(spawner, record: Record, round_number: int) -> None:
-    began = time.perf_counter()
+async def timed_start(spawner, record: Record, round_number: int, steps: bool = False) -> None:
+    began = BEGAN[id(spawner)] = time.perf_counter()
+    looking = asyncio.ensure_future(look_at_pod(spawner)) if steps else None
     try:
         await spawner.start()
     except Exception as exc:  # JupyterHub would show it: an error of this benchmark's count
         record.errors.append(f"{spawner.user.name}/{spawner.name}: {type(exc).__name__}: {exc}")
         return
+    finally:
+        if looking is not None:
+            looking.cancel()
+    if steps:
+        step(spawner, "start() returned")
     record.start_seconds[round_number].append(time.perf_counter() - began)
     timings = getattr(spawner, "colocation_timings", None)
     if timings:
@@ -192,7 +263,7 @@ async def check_cluster(api, namespace: str, expected: int, record: Record) -> N
         record.errors.append(f"{len(running)} pods running in {namespace}, {expected} expected")
 
 
-async def burst(cp, tag: str, users: list[str], record: Record) -> None:
+async def burst(cp, tag: str, users: list[str], record: Record, steps: bool = False) -> None:
     """The two rounds of one class, in this event loop."""
     await _cluster.use_credentials(cp.kubeconfig)
     api = await _cluster.admin_client(cp)
@@ -214,7 +285,7 @@ async def burst(cp, tag: str, users: list[str], record: Record) -> None:
         watcher = asyncio.ensure_future(watch_loop(stalls, stop))
         CURRENT.update(record=record, round=round_number)
         began = time.perf_counter()
-        await asyncio.gather(*(timed_start(s, record, round_number) for s in spawners))
+        await asyncio.gather(*(timed_start(s, record, round_number, steps) for s in spawners))
         record.wall[round_number] = time.perf_counter() - began
         stop.set()
         await watcher
@@ -279,6 +350,19 @@ def report(records: dict[str, Record], spans: bool) -> None:
             print(f"  ERROR [{tag}] {error}")
 
 
+def report_steps(records: dict[str, Record]) -> None:
+    """``--steps``: p50 seconds after the spawn began at which each step was reached."""
+    for tag, record in records.items():
+        for round_number, _ in ROUNDS:
+            reached = record.steps[round_number]
+            cells = [
+                f"{name} {statistics.median(reached[name]):.2f} s"
+                for name in STEPS
+                if reached.get(name)
+            ]
+            print(f"[{tag}] round {round_number} steps (p50): " + "; ".join(cells))
+
+
 def summary(users: int, records: dict[str, Record]) -> str:
     def both(record: Record, field: str) -> list[float]:
         return [s for n, _ in ROUNDS for s in getattr(record, field)[n]]
@@ -306,6 +390,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--spans", action="store_true", help="where the check's awaits wait")
     parser.add_argument(
+        "--steps",
+        action="store_true",
+        help="when each spawn sent its PVC request and its create, and its pod ran (p50)",
+    )
+    parser.add_argument(
         "--share-pod-watch",
         action=argparse.BooleanOptionalAction,
         default=None,
@@ -321,16 +410,20 @@ def main(argv: list[str] | None = None) -> int:
     print(f"loadavg at start: {loadavg()}", flush=True)
     if args.spans:
         instrument_spans()
+    if args.steps:
+        instrument_steps()
     users = [f"user{u:03d}" for u in range(args.users)]
     records = {STOCK: Record(STOCK), OURS: Record(OURS)}
     with _cluster.control_plane(kubelet_stub=True) as cp:
         asyncio.run(create_nodes(cp, args.nodes or max(2, args.users // 10)))
         for tag in order:
-            asyncio.run(burst(cp, tag, users, records[tag]))
+            asyncio.run(burst(cp, tag, users, records[tag], args.steps))
             print(f"[{tag}] done; loadavg {loadavg()}", flush=True)
     print(f"machine: {_cluster.machine()}")
     print(f"colocation_share_pod_watch: {OURS_TRAITS.get('colocation_share_pod_watch', SHARE)}")
     report({tag: records[tag] for tag in order}, args.spans)
+    if args.steps:
+        report_steps({tag: records[tag] for tag in order})
     print(f"loadavg at end: {loadavg()}")
     print(summary(args.users, records))
     return 1 if any(r.errors or r.splits for r in records.values()) else 0
