@@ -113,7 +113,7 @@ class PodSelection(Mapping[str, JsonDict]):
         self.labels = dict(labels)
         self._pods: dict[str, JsonDict] = {}
         #: key -> the waiters on that pod (:meth:`until`): what each waits for, and its future
-        self._waiters: dict[str, list[tuple[Callable[[JsonDict | None], bool], Future[None]]]] = {}
+        self._waiters: dict[str, list[tuple[Callable[[JsonDict | None], bool], Future[bool]]]] = {}
 
     def change(self, old: JsonDict | None, new: JsonDict | None) -> None:
         if new is not None:
@@ -124,19 +124,19 @@ class PodSelection(Mapping[str, JsonDict]):
             self._pods.pop(cache_key(old), None)
         if new is not None and selects(new, self.namespace, self.labels):
             self._pods[cache_key(new)] = new
-        if self._waiters:
-            for obj in (new, old):
-                if obj is not None:
-                    self._wake(cache_key(obj))
+        changed = new if new is not None else old  # (one pod's change: one key)
+        if self._waiters and changed is not None:
+            self._wake(cache_key(changed))
 
-    def until(self, key: str, done: Callable[[JsonDict | None], bool]) -> Future[None]:
-        """A future set once ``done(pod)`` is true of the pod ``key`` as this selection holds it
-        (None: not held), looked at now and on each change of that pod (the watch's, a read by
-        name's); the caller cancels it to stop waiting.  Costs nothing per change of other
-        pods but one dict lookup while anyone waits."""
-        future: Future[None] = asyncio.get_running_loop().create_future()
+    def until(self, key: str, done: Callable[[JsonDict | None], bool]) -> Future[bool]:
+        """A future set to True once ``done(pod)`` is true of the pod ``key`` as this selection
+        holds it (None: not held), looked at now and on each change of that pod (the watch's,
+        a read by name's), or to False by :meth:`wake_all`; the caller cancels it to stop
+        waiting.  Costs nothing per change of other pods but one dict lookup while anyone
+        waits."""
+        future: Future[bool] = asyncio.get_running_loop().create_future()
         if done(self._pods.get(key)):
-            future.set_result(None)
+            future.set_result(True)
             return future
         entry = (done, future)
         self._waiters.setdefault(key, []).append(entry)
@@ -153,12 +153,12 @@ class PodSelection(Mapping[str, JsonDict]):
                 continue
             try:
                 if done(pod):
-                    future.set_result(None)
+                    future.set_result(True)
             except Exception as exc:  # a waiter's own error is its waiter's, not the watch's
                 future.set_exception(exc)
 
     def _forget(
-        self, key: str, entry: tuple[Callable[[JsonDict | None], bool], Future[None]]
+        self, key: str, entry: tuple[Callable[[JsonDict | None], bool], Future[bool]]
     ) -> None:
         waiters = self._waiters.get(key)
         if waiters is None:
@@ -169,11 +169,12 @@ class PodSelection(Mapping[str, JsonDict]):
             del self._waiters[key]
 
     def wake_all(self) -> None:
-        """End every wait (the reflector stops: its pods will not change again)."""
+        """End every wait, not met (False): the reflector stops, its pods will not change
+        again."""
         for waiters in list(self._waiters.values()):
             for _, future in list(waiters):
                 if not future.done():
-                    future.set_result(None)
+                    future.set_result(False)
 
     def read(self, key: str, pod: JsonDict | None) -> None:
         """What a read of the pod ``key`` by name answered (None: not found), unless the store
@@ -248,20 +249,25 @@ class SharedPodReflector:
         """Wait up to ``timeout`` seconds until ``done(pod)`` is true of the pod ``key`` as
         :attr:`pods` holds it (None: not held), woken by its changes, not by polling
         (:meth:`PodSelection.until`); whether it came true.  A reflector that stops ends the
-        wait (False)."""
+        wait (False, and :attr:`stopped` says why)."""
         if not self._listening:
             return bool(done(self._selection.get(key)))
         future = self._selection.until(key, done)
         try:
-            await asyncio.wait_for(future, timeout)
+            met = await asyncio.wait_for(future, timeout)
         except asyncio.TimeoutError:
             self.waits_timed_out += 1
             return False
         finally:
             future.cancel()
-        met = bool(done(self._selection.get(key)))
         self.waits_met += met
         return met
+
+    @property
+    def stopped(self) -> bool:
+        """:meth:`stop` was called (replaced, or the hub shuts down): its pods no longer
+        change."""
+        return not self._listening
 
     #: KubeSpawner's ResourceReflector name for the same store
     resources = pods

@@ -900,7 +900,11 @@ class ColocatingKubeSpawner(KubeSpawner):  # type: ignore[misc]  # KubeSpawner s
         if not isinstance(reflector, SharedPodReflector):
             return
         key = f"{self.namespace}/{self.pod_name}"
-        if await reflector.wait_for(key, settled, self.start_timeout) or reflector.closed:
+        if await reflector.wait_for(key, settled, self.start_timeout):
+            return
+        if reflector.closed or reflector.stopped:
+            # replaced meanwhile (another spawn's timeout, a fallback to KubeSpawner's own):
+            # not this pod's timeout; KubeSpawner's wait goes on, on the reflector in use
             return
         if what == "start" and key not in reflector.pods:
             self.log.error("Pod %s never showed up in reflector, restarting pod reflector", key)

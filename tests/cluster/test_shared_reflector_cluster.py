@@ -151,6 +151,41 @@ async def test_a_pod_that_never_runs_ends_the_start_with_kubespawners_timeout(ku
     assert f"{kube.namespace}/{lab.pod_name}" in reflector.pods  # shown, not running
 
 
+async def test_a_reflector_replaced_while_a_start_waits_is_not_that_starts_timeout(kube, spawners):
+    """Another spawn's timeout (or a fallback) replaces the shared reflector while this start
+    waits for its pod: the wait ends, not met, and the start goes on with KubeSpawner's own
+    wait on the new reflector, instead of failing at once with a timeout it did not have."""
+    await kube.create_node("cpu-1", cpu="8")
+    await kube.create_bound_claim("claim-alice")
+    lab = spawners.make(
+        "alice",
+        colocation_share_pod_watch=True,
+        fail_fast_on_events=False,
+        start_timeout=60,
+        extra_annotations=helpers.HOLD,  # Pending until the annotation is removed
+    )
+    start = asyncio.ensure_future(spawners.start(lab))
+    key = f"{kube.namespace}/{lab.pod_name}"
+    await wait_until(
+        lambda: lab.pod_reflector is not None and key in lab.pod_reflector.pods,
+        timeout=30,
+        what="the held pod in the reflector",
+    )
+    old = lab.pod_reflector
+    new = await lab._start_watching_pods(replace=True)
+    assert new is not old and old.stopped
+    await asyncio.sleep(0.5)
+    assert not start.done(), start  # no timeout of its own
+    await kube.core.patch_namespaced_pod(
+        lab.pod_name,
+        kube.namespace,
+        {"metadata": {"annotations": {helpers.HOLD_ANNOTATION: None}}},
+    )
+    url = await asyncio.wait_for(start, 60)
+    assert url.startswith("http://127.")
+    assert lab.pod_reflector is new and lab.is_pod_running(new.pods[key])
+
+
 async def test_a_server_pod_deleted_behind_the_hubs_back_polls_as_stopped(kube, spawners):
     await kube.create_node("cpu-1", cpu="8")
     await kube.create_bound_claim("claim-alice")

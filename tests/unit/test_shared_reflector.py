@@ -296,6 +296,8 @@ async def test_a_wait_on_one_pod_is_woken_by_that_pods_changes_only(
         else:
             selection.change(have, versioned(pod_name, version, phase))
     assert future.done() is woken, name
+    if woken:
+        assert future.result() is True, name
     if not woken:
         future.cancel()
     await asyncio.sleep(0)  # (a future's done callbacks run on the loop's next turn)
@@ -316,6 +318,7 @@ async def test_a_wait_cancelled_or_ended_by_wake_all_leaves_no_waiter():
     selection.wake_all()
     await asyncio.sleep(0)
     assert second.done() and third.done() and selection._waiters == {}
+    assert (second.result(), third.result()) == (False, False), "ended, not met"
 
 
 async def test_a_waiters_own_error_ends_its_wait_not_the_watch():
