@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import math
+import os
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -300,11 +301,68 @@ SETTINGS: Mapping[str, Setting] = {
 
 
 def computed_value(value: Any, default: Any) -> Any:
-    """A config value as a spawner would get it: a LazyConfigValue (``c.X.y.append(...)``, or
-    a ``c.X.y`` only read) applied to the trait's default."""
-    if isinstance(value, LazyConfigValue):
-        return copy.deepcopy(value).get_value(default)
-    return value
+    """A config value as the configurable will get it: plain, or traitlets' LazyConfigValue
+    (``.append`` / ``.extend`` / ``.prepend`` / ``.insert`` / ``.update``, merged by
+    ``Config.merge``, or only read: ``c.X.y`` creates an empty one) applied to ``default`` the
+    way traitlets applies it (inserts, then prepends, then extends; a dict or set updated).
+
+    The one reader of lazy config values: the lazy value is left as it is (traitlets applies it
+    to the trait when the hub starts) and ``default`` is copied, shallowly, so values that are
+    classes, functions or objects (handlers, template variables) stay the same objects.
+    """
+    if not isinstance(value, LazyConfigValue):
+        return value
+    if value._value is not None:  # already applied by someone: traitlets returns that
+        return value._value
+    if isinstance(default, list):
+        applied = list(default)
+        for index, item in value._inserts:
+            applied.insert(index, item)
+        applied[:0] = value._prepend
+        applied.extend(value._extend)
+        return applied
+    if isinstance(default, (dict, set)):
+        updated = copy.copy(default)
+        if value._update:
+            updated.update(value._update)
+        return updated
+    return default
+
+
+#: JupyterHub settings configure(c) reads or writes, and their defaults (JupyterHub 5 and 6),
+#: which a lazy value applies to; ``template_paths``' default is JupyterHub's own templates
+JUPYTERHUB_DEFAULTS: dict[str, Callable[[Config], Any]] = {
+    "extra_handlers": lambda hub: [],
+    "template_paths": lambda hub: jupyterhub_default_templates(hub),
+    "template_vars": lambda hub: {},
+    "services": lambda hub: [],
+    "load_roles": lambda hub: [],
+    "tornado_settings": lambda hub: {},
+    "spawner_class": lambda hub: None,
+}
+
+
+def jupyterhub_value(c: Config, key: str) -> Any:
+    """``c.JupyterHub.<key>`` as JupyterHub will use it (:data:`JUPYTERHUB_DEFAULTS`): a plain
+    value as it is, a lazy one (Nebari's ``c.JupyterHub.extra_handlers.extend(...)``) applied to
+    JupyterHub's default, keeping the operator's entries in their order; unset, the default."""
+    hub = c["JupyterHub"] if "JupyterHub" in c else Config()
+    default = JUPYTERHUB_DEFAULTS[key](hub)
+    if key not in hub:
+        return default
+    return computed_value(hub[key], default)
+
+
+def jupyterhub_default_templates(hub: Config) -> list[str]:
+    """JupyterHub's default ``template_paths``: ``<data_files_path>/templates``."""
+    data = hub.get("data_files_path") if "data_files_path" in hub else None
+    if not isinstance(data, str):
+        try:
+            from jupyterhub._data import DATA_FILES_PATH
+        except ImportError:  # pragma: no cover - a hub always has it
+            return []
+        data = DATA_FILES_PATH
+    return [os.path.join(data, "templates")]
 
 
 def check_config(

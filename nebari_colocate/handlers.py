@@ -47,9 +47,9 @@ from jupyterhub.utils import exponential_backoff, url_escape_path, url_path_join
 from tornado import web
 from tornado.log import app_log
 from traitlets.config import Config
-from traitlets.config.loader import LazyConfigValue
 
 from . import messages, metrics
+from .config import jupyterhub_value
 from .objects import GPU_RESOURCES
 from .wayout import home_holders, home_released
 
@@ -588,9 +588,7 @@ def install_notice(c: Config) -> bool:
     """Put :class:`HomeNotice` in ``c.JupyterHub.template_vars["announcement_home"]``, keeping
     what the operator set there (a dict, or ``template_vars.update(...)``); once.  False, and
     nothing changed, when ``template_vars`` is neither (JupyterHub takes only a dict)."""
-    current = c.JupyterHub.get("template_vars") if "template_vars" in c.JupyterHub else {}
-    if isinstance(current, LazyConfigValue):
-        current = current.get_value({})
+    current = jupyterhub_value(c, "template_vars")
     if current is None:
         current = {}
     if not isinstance(current, Mapping):
@@ -604,8 +602,9 @@ def install_notice(c: Config) -> bool:
 
 
 def install(c: Config) -> None:
-    """Add the way out's and the move's handlers to ``c.JupyterHub.extra_handlers`` (once)."""
-    handlers = list(c.JupyterHub.get("extra_handlers") or [])
+    """Add the way out's and the move's handlers to ``c.JupyterHub.extra_handlers`` (once),
+    after the operator's (a list, or ``extra_handlers.extend(...)`` as Nebari's theme does)."""
+    handlers = list(jupyterhub_value(c, "extra_handlers") or [])
     for path, handler in ((WAY_OUT_PATH, WayOutHandler), (MOVE_PATH, MoveHandler)):
         if not any(len(h) > 1 and h[1] is handler for h in handlers):
             handlers.append((path, handler))

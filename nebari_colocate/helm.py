@@ -64,6 +64,8 @@ from .config import (
     caseless_choice,
     check_config,
     computed_value,
+    jupyterhub_default_templates,
+    jupyterhub_value,
 )
 from .objects import JsonDict, Obj
 
@@ -220,7 +222,7 @@ def switch_spawner_class(c: Config) -> type:
 
     from .spawner import ColocatingKubeSpawner
 
-    current = c.JupyterHub.spawner_class if "spawner_class" in c.JupyterHub else None
+    current = jupyterhub_value(c, "spawner_class")
     if isinstance(current, str):
         current = _spawner_from_name(current)
     if current is None or current is KubeSpawner:
@@ -494,12 +496,13 @@ def install_templates(c: Config) -> bool:
     default templates when those are listed (JupyterHub appends them otherwise); with
     jhub-apps' templates there, the templates for jhub-apps' pages first.  Idempotent.
     Returns whether the templates for jhub-apps' pages are installed."""
-    paths = (
-        [str(p) for p in c.JupyterHub.template_paths] if "template_paths" in c.JupyterHub else []
-    )
+    if "template_paths" in c.JupyterHub:
+        paths = [str(p) for p in jupyterhub_value(c, "template_paths")]
+    else:  # JupyterHub appends its default templates to whatever the list ends up being
+        paths = []
     ours = (str(JHUB_APPS_TEMPLATES), str(HUB_TEMPLATES))
     paths = [p for p in paths if p not in ours]
-    default = _jupyterhub_default_templates()
+    default = next(iter(jupyterhub_default_templates(c.JupyterHub)), None)
     at = next((i for i, p in enumerate(paths) if _same_dir(p, default)), len(paths))
     paths.insert(at, str(HUB_TEMPLATES))
     with_jhub_apps = any(_is_jhub_apps_templates(p) for p in paths)
@@ -507,15 +510,6 @@ def install_templates(c: Config) -> bool:
         paths.insert(0, str(JHUB_APPS_TEMPLATES))
     c.JupyterHub.template_paths = paths
     return with_jhub_apps
-
-
-def _jupyterhub_default_templates() -> str | None:
-    """JupyterHub's own templates (``JupyterHub.template_paths``' default), or None."""
-    try:
-        from jupyterhub._data import DATA_FILES_PATH
-    except ImportError:  # pragma: no cover - a hub always has it
-        return None
-    return str(Path(DATA_FILES_PATH) / "templates")
 
 
 def _same_dir(path: str, other: str | None) -> bool:
