@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
-from . import validate
+from . import messages, preemption, validate
 from .objects import JsonDict, Obj, meta, pod_claims
 from .state import StateError
 
@@ -36,6 +36,8 @@ KINDS = (
     "PersistentVolume",
     "VolumeAttachment",
     "RuntimeClass",  # its overhead, which admission adds to a pod naming it
+    "PriorityClass",  # the priority admission gives a pod naming it (preemption)
+    "PodDisruptionBudget",  # which pods preemption would rather spare
 )
 
 
@@ -412,4 +414,9 @@ def read_simulation(state_path: str | Path, pod_path: str | Path) -> Simulation:
         raise StateError(f"{pod_path} with {state_path}: {exc}") from None
     if no_runtime_class:
         notes.append(f"{pod_path}: {no_runtime_class}")
+    classes = {meta(o).get("name", ""): o for o in objects if o.get("kind") == "PriorityClass"}
+    admitted = preemption.admitted_priority(pod, classes)
+    if admitted.missing_class:
+        note = messages.missing_priority_class_note(admitted.missing_class, admitted.priority)
+        notes.append(f"{pod_path}: {note}")
     return Simulation(pod, objects, namespace, namespace_from, notes)

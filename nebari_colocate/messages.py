@@ -572,6 +572,14 @@ def outcome_lines(decision: Decision, message: str) -> list[str]:
     return lines
 
 
+def missing_priority_class_note(name: str, priority: int) -> str:
+    """``simulate``'s input warning for a pod naming a PriorityClass the dump lacks."""
+    return (
+        f"the pod names PriorityClass {name!r}, which the dump does not contain: judged at "
+        f"priority {priority} (add kubectl get priorityclasses -o yaml)"
+    )
+
+
 def simulated_namespace_lines(
     namespace: str, namespace_from: str, missing_claims: Sequence[str], storage_access_mode: str
 ) -> list[str]:

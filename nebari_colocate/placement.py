@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from . import fit
+from . import fit, preemption
 from .config import (
     DEFAULT_PREMIUM_NODE_POLICY,
     DEFAULT_PREMIUM_RESOURCES,
@@ -77,8 +77,13 @@ REASON_CODES = (
 
 
 def is_reason_code(code: str) -> bool:
-    """``code`` is one of :data:`REASON_CODES` (any ``insufficient:<resource>``)."""
-    return code in REASON_CODES or bool(fit.insufficient_resource(code))
+    """``code`` is one of :data:`REASON_CODES` (any ``insufficient:<resource>``), or the
+    warning ``preempts:<n>`` (:mod:`nebari_colocate.preemption`)."""
+    return (
+        code in REASON_CODES
+        or bool(fit.insufficient_resource(code))
+        or preemption.preempts_count(code) is not None
+    )
 
 
 @dataclass(frozen=True)
@@ -116,6 +121,9 @@ class Decision:
     moving_stalled: str | None = None
     #: for a refusal: the user's own servers to stop so that this one can start, if any
     way_out: WayOut | None = None
+    #: what kube-scheduler would evict on the pinned node to make room (warning
+    #: ``preempts:<n>``), or, refused, what it would evict that holds the claim
+    preemption: preemption.Preemption | None = None
 
     @property
     def holders(self) -> list[str]:
@@ -138,6 +146,7 @@ class Decision:
             "pinned_by": self.pinned_by,
             "claims": sorted(self.claims),
             "way_out": self.way_out.as_json() if self.way_out is not None else None,
+            "preemption": self.preemption.as_json() if self.preemption is not None else None,
         }
 
 
@@ -234,10 +243,32 @@ def decide(pod: Obj, state: ClusterState, policy: Policy) -> Decision:
     node = state.nodes.get(node_name) if state.nodes is not None else None
     if node is not None:
         own_key = f"{namespace}/{own_name}"
-        decision.fit = fit.check_fit(
-            pod, node, (), bound_pvs, usage=state.node_usage(node_name, exclude=own_key)
-        )
-        decision.reasons.extend(decision.fit.reasons)
+        admitted = preemption.admitted_priority(pod, state.priority_classes)
+        usage, _ = preemption.node_usage(pod, state, node_name, admitted.priority, own_key)
+        decision.fit = fit.check_fit(pod, node, (), bound_pvs, usage=usage)
+        # 5b. Preemption: kube-scheduler evicts pods of lower priority when that makes room;
+        #     never the user's own servers that hold the claim without their consent.
+        if not decision.fit.fits:
+            decision.preemption = preemption.on_pinned_node(
+                pod,
+                node,
+                state,
+                decision.fit,
+                admitted=admitted,
+                bound_pvs=bound_pvs,
+                exclude=own_key,
+                holders=holding,
+            )
+        if decision.preemption is not None and not decision.preemption.holders:
+            decision.warnings.append(preemption.preempts(len(decision.preemption.victims)))
+            decision.notes.append(
+                f"preempts on {node_name}: {', '.join(decision.preemption.victim_keys)}"
+            )
+        else:
+            decision.reasons.extend(decision.fit.reasons)
+        if decision.preemption is not None and decision.preemption.holders:
+            names = ", ".join(sorted(meta(h).get("name", "") for h in decision.preemption.holders))
+            decision.notes.append(f"fits on {node_name} only by preempting its holders: {names}")
         premium = bool(fit.offered(node, policy.premium_resources))
         if not state.node_pods_complete:
             decision.notes.append(f"pods of other namespaces on {node_name} were not readable")

@@ -53,6 +53,9 @@ class ClusterState:
     readable and empty.  ``node_pods_complete``: the pods of *every* namespace on the nodes of
     ``nodes`` are in ``pods`` (False when only the hub namespace's pods could be read).
     ``notes``: what could not be read and why (facts for the operator, not sentences).
+    ``priority_classes`` (name -> PriorityClass) and ``pdbs`` (PodDisruptionBudgets of every
+    namespace read) are what preemption reads (``docs/decisions.md``, "Priority and
+    preemption"); ``None``: not readable (judged without them).
     """
 
     __slots__ = (
@@ -60,6 +63,7 @@ class ClusterState:
         "_attachments_by_pv",
         "_by_claim",
         "_by_node",
+        "_by_nominated",
         "_pvs_by_disk",
         "_requests_memo",
         "_usage_memo",
@@ -67,7 +71,9 @@ class ClusterState:
         "node_pods_complete",
         "nodes",
         "notes",
+        "pdbs",
         "pods",
+        "priority_classes",
         "pvcs",
         "pvs",
         "volume_attachments",
@@ -80,8 +86,11 @@ class ClusterState:
     nodes: Mapping[str, Obj] | None
     node_pods_complete: bool
     notes: tuple[str, ...]
+    priority_classes: Mapping[str, Obj] | None
+    pdbs: tuple[Obj, ...] | None
     _by_claim: Mapping[str, tuple[Obj, ...]]
     _by_node: Mapping[str, tuple[Obj, ...]]
+    _by_nominated: Mapping[str, tuple[Obj, ...]]
     _attachments_by_pv: Mapping[str, tuple[Obj, ...]]
     _attachments_by_disk: Mapping[tuple[str, str], tuple[Obj, ...]]
     _pvs_by_disk: Mapping[tuple[str, str], tuple[str, ...]]
@@ -99,6 +108,8 @@ class ClusterState:
         node_pods_complete: bool = True,
         namespace: str = "default",
         notes: Iterable[str] = (),
+        priority_classes: Mapping[str, Obj] | None = None,
+        pdbs: Iterable[Obj] | None = None,
     ) -> None:
         set_ = object.__setattr__
         set_(self, "namespace", namespace)
@@ -117,9 +128,16 @@ class ClusterState:
         set_(self, "nodes", None if nodes is None else MappingProxyType(dict(nodes)))
         set_(self, "node_pods_complete", bool(node_pods_complete))
         set_(self, "notes", tuple(notes))
+        set_(
+            self,
+            "priority_classes",
+            None if priority_classes is None else MappingProxyType(dict(priority_classes)),
+        )
+        set_(self, "pdbs", None if pdbs is None else tuple(pdbs))
 
         by_claim: dict[str, list[Obj]] = {}
         by_node: dict[str, list[Obj]] = {}
+        by_nominated: dict[str, list[Obj]] = {}
         for pod in self.pods:
             pod_namespace = meta(pod).get("namespace") or namespace
             for claim in pod_claims(pod):
@@ -127,6 +145,10 @@ class ClusterState:
             node_name = spec(pod).get("nodeName")
             if node_name:
                 by_node.setdefault(node_name, []).append(pod)
+            else:
+                nominated = (pod.get("status") or {}).get("nominatedNodeName")
+                if nominated and isinstance(nominated, str):
+                    by_nominated.setdefault(nominated, []).append(pod)
         by_pv: dict[str, list[Obj]] = {}
         by_disk: dict[tuple[str, str], list[Obj]] = {}
         for va in self.volume_attachments or ():
@@ -145,6 +167,7 @@ class ClusterState:
                 pvs_by_disk.setdefault(disk, []).append(pv_name)
         set_(self, "_by_claim", {k: tuple(v) for k, v in by_claim.items()})
         set_(self, "_by_node", {k: tuple(v) for k, v in by_node.items()})
+        set_(self, "_by_nominated", {k: tuple(v) for k, v in by_nominated.items()})
         set_(self, "_attachments_by_pv", {k: tuple(v) for k, v in by_pv.items()})
         set_(self, "_attachments_by_disk", {k: tuple(v) for k, v in by_disk.items()})
         set_(self, "_pvs_by_disk", {k: tuple(sorted(v)) for k, v in pvs_by_disk.items()})
@@ -173,6 +196,8 @@ class ClusterState:
             "node_pods_complete": self.node_pods_complete,
             "namespace": self.namespace,
             "notes": self.notes,
+            "priority_classes": self.priority_classes,
+            "pdbs": self.pdbs,
         }
         fields.update(changes)
         return ClusterState(**fields)
@@ -187,6 +212,11 @@ class ClusterState:
     def pods_on_node(self, node_name: str) -> tuple[Obj, ...]:
         """Pods (of every namespace when ``node_pods_complete``) with ``spec.nodeName``."""
         return self._by_node.get(node_name, ())
+
+    def pods_nominated_to(self, node_name: str) -> tuple[Obj, ...]:
+        """Pods not bound yet whose ``status.nominatedNodeName`` is ``node_name`` (preemption
+        made room for them there)."""
+        return self._by_nominated.get(node_name, ())
 
     def namespace_pods(self, namespace: str | None = None) -> list[Obj]:
         """The pods of ``namespace`` (default: the snapshot's namespace)."""
@@ -283,6 +313,8 @@ class ClusterState:
     ) -> ClusterState:
         """Sort objects by kind; other kinds are ignored.  ``node_access=False`` drops Nodes."""
         pods: list[JsonDict] = []
+        classes: dict[str, JsonDict] = {}
+        pdbs: list[JsonDict] = []
         pvcs: dict[str, JsonDict] = {}
         pvs: dict[str, JsonDict] = {}
         attachments: list[JsonDict] = []
@@ -301,6 +333,17 @@ class ClusterState:
                 attachments.append(dict(obj))
             elif kind == "Node":
                 nodes[name] = dict(obj)
+            elif kind == "PriorityClass":
+                classes[name] = dict(obj)
+            elif kind == "PodDisruptionBudget":
+                pdbs.append(dict(obj))
         return cls(
-            pods, pvcs, pvs, attachments, nodes if node_access else None, namespace=namespace
+            pods,
+            pvcs,
+            pvs,
+            attachments,
+            nodes if node_access else None,
+            namespace=namespace,
+            priority_classes=classes,
+            pdbs=pdbs,
         )

@@ -117,6 +117,19 @@ def write_yaml(path: Path, *documents) -> Path:
             },
         ),
         (
+            # z2jh's user placeholder (priority -10) makes room: the scheduler preempts it.
+            "placeholder-preempted",
+            "placeholder-preempted",
+            [],
+            {
+                "verdict": "colocate",
+                "node": "cpu-1",
+                "reasons": [],
+                "warnings": ["preempts:1"],
+                "holders": ["jupyter-alice"],
+            },
+        ),
+        (
             "rwx-home",
             "rwx-home",
             [],
@@ -158,6 +171,42 @@ def test_simulate_decides_the_example_scenarios(
     assert set(result) >= CONTRACT_FIELDS
     assert {k: result[k] for k in expect} == expect
     assert (result["message"] != "") is (expect["verdict"] == "refuse")
+
+
+def _without_priority_classes(tmp_path: Path) -> Path:
+    state = yaml.safe_load((SCENARIOS / "placeholder-preempted" / "state.yaml").read_text())
+    state["items"] = [o for o in state["items"] if o["kind"] != "PriorityClass"]
+    return write_yaml(tmp_path / "state.yaml", state)
+
+
+def test_a_dump_without_the_priority_class_the_pod_names_says_so(tmp_path, capsys):
+    state = _without_priority_classes(tmp_path)
+    pod = SCENARIOS / "placeholder-preempted" / "pod.yaml"
+    status, out, err = run(["simulate", str(state), "--pod", str(pod), "--json"], capsys)
+    result = json.loads(out)
+    assert status == 0
+    assert len(result["input_warnings"]) == 1
+    assert "PriorityClass 'jhub-default-priority'" in result["input_warnings"][0]
+    assert "judged at priority 0" in err
+    # the pods of the dump carry their admitted priority: the placeholder is still preempted
+    assert (result["verdict"], result["warnings"]) == ("colocate", ["preempts:1"])
+
+
+def test_the_pod_priority_class_from_the_dump_decides_against_a_higher_placeholder(
+    tmp_path, capsys
+):
+    state = yaml.safe_load((SCENARIOS / "placeholder-preempted" / "state.yaml").read_text())
+    for obj in state["items"]:
+        if obj["kind"] == "PriorityClass" and obj["metadata"]["name"] == "jhub-default-priority":
+            obj["value"] = -20  # now below the placeholder's -10: nothing to preempt
+    path = write_yaml(tmp_path / "state.yaml", state)
+    pod = SCENARIOS / "placeholder-preempted" / "pod.yaml"
+    result = simulate_json(["simulate", str(path), "--pod", str(pod)], capsys)
+    assert (result["verdict"], result["reasons"], result["preemption"]) == (
+        "refuse",
+        ["insufficient:cpu"],
+        None,
+    )
 
 
 @pytest.mark.parametrize(
