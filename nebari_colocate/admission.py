@@ -49,6 +49,7 @@ FIELDS = (
     "runtimeClassName",
     "priority",
     "priorityClassName",
+    "preemptionPolicy",
     "schedulerName",
     "topologySpreadConstraints",
 )

@@ -361,6 +361,14 @@ def node_keys(pod: Obj) -> list[str]:
     return [node] if node else []
 
 
+def nominated_keys(pod: Obj) -> list[str]:
+    """The node a pending pod is nominated to (preemption made room for it there)."""
+    if (pod.get("spec") or {}).get("nodeName"):
+        return []
+    node = (pod.get("status") or {}).get("nominatedNodeName")
+    return [node] if isinstance(node, str) and node else []
+
+
 def attachment_keys(va: Obj) -> list[str]:
     pv = attachment_pv(va)
     return [pv] if pv else []
@@ -527,6 +535,7 @@ class HubWatches:
         self.namespaces: dict[str, NamespaceWatches] = {}
         self.by_claim = Index(claim_keys)
         self.by_node = Index(node_keys)
+        self.by_nominated = Index(nominated_keys)
         self.attachments_by_pv = Index(attachment_keys)
         self.pvs_by_disk = Index(disk_keys)
         self.shared = Shared()
@@ -565,6 +574,18 @@ class HubWatches:
             transform=with_kind("VolumeAttachment"),
             on_change=self.attachments_by_pv.change,
         )
+        # What preemption reads (optional, like Nodes; not part of whether the view is live:
+        # without them a decision is judged as if there were none, ``docs/decisions.md``).
+        self.priority_classes = Collection(
+            "priorityclasses",
+            apis.scheduling.list_priority_class,
+            transform=with_kind("PriorityClass"),
+        )
+        self.pdbs = Collection(
+            "poddisruptionbudgets (all namespaces)",
+            apis.policy.list_pod_disruption_budget_for_all_namespaces,
+            transform=with_kind("PodDisruptionBudget"),
+        )
         #: whether a field-selector LIST of pods of all namespaces is allowed (None: unknown)
         self.node_pods_listable: bool | None = None
 
@@ -581,12 +602,21 @@ class HubWatches:
     def pods_changed(self, old: JsonDict | None, new: JsonDict | None) -> None:
         self.by_claim.change(old, new)
         self.by_node.change(old, new)
+        self.by_nominated.change(old, new)
         for listener in self.pod_listeners.values():
             listener(old, new)
 
     def collections(self) -> list[Collection]:
         """The cluster-wide collections (each one LIST and one WATCH at a time)."""
-        return [self.all_pods, self.all_pvcs, self.nodes, self.pvs, self.attachments]
+        return [
+            self.all_pods,
+            self.all_pvcs,
+            self.nodes,
+            self.pvs,
+            self.attachments,
+            self.priority_classes,
+            self.pdbs,
+        ]
 
     def usable_in(self, loop: asyncio.AbstractEventLoop) -> bool:
         return self._loop is loop and not self.closed

@@ -57,6 +57,8 @@ class Apis:
         self.core = client.CoreV1Api(api_client)
         self.storage = client.StorageV1Api(api_client)
         self.coordination = client.CoordinationV1Api(api_client)
+        self.scheduling = client.SchedulingV1Api(api_client)
+        self.policy = client.PolicyV1Api(api_client)
 
 
 #: where Kubernetes mounts a pod's service account (used when no kubeconfig exists)

@@ -61,6 +61,7 @@ _SPEC_KEPT = (
     ("runtimeClassName", False),
     ("priority", False),
     ("priorityClassName", False),
+    ("preemptionPolicy", False),
     ("schedulerName", False),
     ("topologySpreadConstraints", True),
 )
@@ -101,11 +102,16 @@ def _slim_status(status: Obj, share: Callable[[Any], Any]) -> JsonDict:
         kept["phase"] = status["phase"]
     if "podIP" in status:
         kept["podIP"] = status["podIP"]
+    # preemption: where a pending pod waits for room, and which victim is older
+    for key in ("nominatedNodeName", "startTime"):
+        if status.get(key):
+            kept[key] = status[key]
     statuses = status.get("containerStatuses")
     if statuses is not None:
         # equal across a profile's running servers once start times are dropped: kept once
         kept["containerStatuses"] = share([_slim_container_status(c) for c in statuses])
-    return kept if "podIP" in kept else share(kept)
+    unique = "podIP" in kept or "startTime" in kept or "nominatedNodeName" in kept
+    return kept if unique else share(kept)
 
 
 def slim_pod(pod: Obj, share: Callable[[Any], Any] = _no_share) -> JsonDict:

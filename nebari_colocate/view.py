@@ -64,6 +64,8 @@ PVS_LIST = ("list", "persistentvolumes")
 OTHER_PODS_LIST = ("list", "pods in other namespaces")
 ATTACHMENTS_LIST = ("list", "volumeattachments")
 ALL_PODS_LIST = ("list", "pods in all namespaces")
+PRIORITY_CLASSES_LIST = ("list", "priorityclasses")
+PDBS_LIST = ("list", "poddisruptionbudgets in all namespaces")
 
 
 # --------------------------------------------------------------------------------------------------
@@ -86,6 +88,14 @@ def _candidate_nodes(claims_pods: Iterable[Obj], attachments: Iterable[Obj]) -> 
     return nodes or attached_nodes(attachments)
 
 
+def _listed(collection: Collection) -> dict[str, JsonDict] | None:
+    """A collection's objects by name, or None while it is forbidden or not listed (an optional
+    read: the decision is judged without it)."""
+    if collection.forbidden or not collection.live:
+        return None
+    return {(o.get("metadata") or {}).get("name", ""): o for o in collection.items.values()}
+
+
 # --------------------------------------------------------------------------------------------------
 # direct reads
 
@@ -101,6 +111,8 @@ class DirectReader:
         self.namespace = namespace
         self.core = apis.core
         self.storage = apis.storage
+        self.scheduling = apis.scheduling
+        self.policy = apis.policy
         self.denied: list[tuple[str, str]] = []
         self.pods: list[JsonDict] | None = None
         self.pvcs: dict[str, JsonDict] | None = None
@@ -145,6 +157,27 @@ class DirectReader:
     async def attachments(self) -> list[JsonDict] | None:
         listing = await self._optional(ATTACHMENTS_LIST, self.storage.list_volume_attachment)
         return None if listing is None else listing.get("items") or []
+
+    async def preemption_objects(
+        self,
+    ) -> tuple[dict[str, JsonDict] | None, list[JsonDict] | None]:
+        """(PriorityClasses by name, PodDisruptionBudgets of every namespace), each None when
+        RBAC refuses it (noted in ``denied``): what preemption on a pinned node reads."""
+        classes, pdbs = await asyncio.gather(
+            self._optional(PRIORITY_CLASSES_LIST, self.scheduling.list_priority_class),
+            self._optional(PDBS_LIST, self.policy.list_pod_disruption_budget_for_all_namespaces),
+        )
+        return (
+            None
+            if classes is None
+            else {
+                (c.get("metadata") or {}).get("name", ""): dict(c, kind="PriorityClass")
+                for c in classes.get("items") or []
+            },
+            None
+            if pdbs is None
+            else [dict(p, kind="PodDisruptionBudget") for p in pdbs.get("items") or []],
+        )
 
     async def state_for(
         self,
@@ -201,6 +234,10 @@ class DirectReader:
         pods = list(self.pods)
         pods += [p for p in sharers if (p.get("metadata") or {}).get("namespace") != self.namespace]
         complete = True
+        classes: dict[str, JsonDict] | None = None
+        pdbs: list[JsonDict] | None = None
+        if nodes:  # a fit check follows: what preemption on the node reads
+            classes, pdbs = await self.preemption_objects()
         if nodes:
             seen = {cache_key(p) for p in pods}
             for name in sorted(nodes):
@@ -223,6 +260,8 @@ class DirectReader:
             nodes,
             node_pods_complete=complete,
             namespace=self.namespace,
+            priority_classes=classes,
+            pdbs=pdbs,
         )
 
     async def _same_disk(self, volumes: set[str]) -> tuple[list[JsonDict], dict[str, JsonDict]]:
@@ -300,6 +339,9 @@ class _Gathered:
         self.missing_nodes: list[str] = []
         #: the pinned node whose pods of other namespaces need one field-selector LIST
         self.node_pods_from: str | None = None
+        #: what preemption reads (None: not readable, or not listed yet)
+        self.priority_classes: dict[str, JsonDict] | None = None
+        self.pdbs: list[JsonDict] | None = None
 
     def state(self, namespace: str) -> ClusterState:
         return ClusterState(
@@ -310,6 +352,8 @@ class _Gathered:
             self.nodes,
             node_pods_complete=self.complete,
             namespace=namespace,
+            priority_classes=self.priority_classes,
+            pdbs=self.pdbs,
         )
 
 
@@ -580,6 +624,12 @@ class ClusterView:
                 nodes[name] = node
             for p in self.by_node.get(name):
                 pods[cache_key(p)] = p
+            for p in self.hub.by_nominated.get(name):  # they count there (preemption)
+                pods[cache_key(p)] = p
+        if candidates:
+            gathered.priority_classes = _listed(self.hub.priority_classes)
+            pdbs = self.hub.pdbs
+            gathered.pdbs = None if _listed(pdbs) is None else list(pdbs.items.values())
         if (
             self.all_pods.forbidden
             and len(candidates) == 1

@@ -63,6 +63,15 @@ async def test_a_job_pod_holding_the_claim_pins_the_next_server_with_only_the_z2
     view = bob.colocation_view()
     await wait_until(lambda: view.live, timeout=20, what="the live view", interval=0.05)
     assert view.nodes.forbidden and view.all_pods.forbidden  # the hub Role only
+    # what preemption reads is optional too: forbidden, judged without it, the view still live
+    hub = view.hub
+    await wait_until(
+        lambda: hub.priority_classes.forbidden and hub.pdbs.forbidden,
+        timeout=20,
+        what="403 on priorityclasses and poddisruptionbudgets",
+        interval=0.05,
+    )
+    assert view.live
 
     await job_pod_holding(kube, "claim-alice", "node-b")
     await wait_until(
@@ -487,7 +496,7 @@ async def test_servers_in_many_namespaces_share_one_set_of_cluster_wide_watches(
         hub = views[0].hub
         assert all(v.hub is hub for v in views)
         watching = [c.name for c in hub.collections() if c._task and not c._task.done()]
-        assert len(watching) == 5, watching
+        assert len(watching) == 7, watching  # and priorityclasses, poddisruptionbudgets
         per_namespace = [
             c.name for v in views for c in (v.watches.own_pods, v.watches.own_pvcs) if c._task
         ]

@@ -242,6 +242,7 @@ def test_the_watch_keeps_every_field_a_model_takes():
         "runtimeClassName": "kata",
         "priority": 1000,
         "priorityClassName": "hi",
+        "preemptionPolicy": "Never",
         "schedulerName": "default-scheduler",
         "topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "zone"}],
     }

@@ -403,3 +403,32 @@ def test_an_empty_pdb_selector_matches_nothing():
 def test_preempts_codes_read_back():
     assert preempts_count(preempts(3)) == 3
     assert preempts_count("premium-node") is None
+
+
+def test_the_slim_pod_keeps_what_preemption_reads():
+    from nebari_colocate.slim import slim_pod
+
+    full = other("placeholder-0", -10, spec_fields={"preemptionPolicy": PREEMPT_NEVER})
+    full["status"].update(nominatedNodeName="cpu-2", podIP="10.0.0.1", hostIP="127.0.0.1")
+    slim = slim_pod(full)
+    assert slim["spec"]["priority"] == -10
+    assert slim["spec"]["preemptionPolicy"] == PREEMPT_NEVER
+    assert slim["status"]["startTime"] == "2026-01-01T00:00:00Z"
+    assert slim["status"]["nominatedNodeName"] == "cpu-2"
+    assert "hostIP" not in slim["status"]
+
+
+def test_a_reused_dry_run_carries_the_admitted_preemption_policy():
+    from nebari_colocate.admission import as_admitted, model_of
+
+    admitted = app(priority=0, preemptionPolicy=PREEMPT_NEVER)
+    again = as_admitted(app(priority=None), model_of(admitted))
+    assert admitted_priority(again, None).policy == PREEMPT_NEVER
+
+
+def test_a_nominated_pod_is_indexed_by_its_node_until_it_is_bound():
+    waiting = nominated("jupyter-bob", 0)
+    snapshot = state(node("cpu-1"), waiting)
+    assert snapshot.pods_nominated_to("cpu-1") == (waiting,)
+    bound = with_status(other("jupyter-bob", 0, "2"), nominatedNodeName="cpu-1")
+    assert state(node("cpu-1"), bound).pods_nominated_to("cpu-1") == ()
