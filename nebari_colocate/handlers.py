@@ -51,6 +51,7 @@ from traitlets.config import Config
 from . import messages, metrics
 from .config import jupyterhub_value
 from .objects import GPU_RESOURCES
+from .release import HomeRelease
 from .wayout import home_holders, home_released
 
 #: the handler's path under the hub's base URL: user, then server ("" for the default server)
@@ -260,12 +261,15 @@ async def _released(
     """Wait until the stop of ``stopped`` has released ``claims`` (:func:`home_released`);
     False at ``deadline``.  JupyterHub's ``exponential_backoff`` (the same in 5.5 and 6.x),
     without deadline jitter and at most ``POLL_SECONDS`` between looks: the view is cheap to
-    read and a start waits on it."""
+    read and a start waits on it.  While the view is not fresh (a watch silent on a dead flow)
+    each look reads the home's pods and attachments by name (:class:`HomeRelease`)."""
+    home = HomeRelease(spawner, claims, node)
 
-    def released() -> bool:
+    async def released() -> bool:
+        pods, attached = await home.look()
         return home_released(
-            spawner.home_pods(claims),
-            spawner.home_attached_nodes(claims),
+            pods,
+            attached,
             claims=claims,
             stopped=stopped,
             all_holders=all_holders,

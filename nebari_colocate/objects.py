@@ -9,6 +9,7 @@ object (when a pod holds a volume, who owns it, where a volume is attached) is w
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -169,6 +170,17 @@ def volume_identity(pv: Obj | None) -> tuple[str, str] | None:
     csi = spec(pv).get("csi") or {}
     driver, handle = csi.get("driver"), csi.get("volumeHandle")
     return (str(driver), str(handle)) if driver and handle else None
+
+
+def csi_attachment_name(pv: Obj | None, node: str) -> str | None:
+    """The name the attach/detach controller gives the VolumeAttachment of ``pv``'s disk on
+    ``node`` (``csi-`` and the SHA-256 of volume handle, driver and node name, as
+    kube-controller-manager's CSI attacher writes it); None for a PV without a CSI source."""
+    disk = volume_identity(pv)
+    if disk is None:
+        return None
+    driver, handle = disk
+    return "csi-" + hashlib.sha256(f"{handle}{driver}{node}".encode()).hexdigest()
 
 
 def attachment_identity(attachment: Obj) -> tuple[str, str] | None:

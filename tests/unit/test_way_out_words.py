@@ -408,6 +408,16 @@ def test_an_outcome_without_words_names_itself_rather_than_an_empty_sentence(fam
 # deadline, the deadline kept
 
 
+class _FreshView:
+    """A live view with an event a moment ago: the wait reads it from memory."""
+
+    live = True
+
+    @staticmethod
+    def fresh():
+        return True
+
+
 class _Attachments:
     """What ``_released`` reads of a spawner: its live view's attachments of the home, the
     volume still attached to cpu-1 for the first ``attached_reads`` reads."""
@@ -418,6 +428,9 @@ class _Attachments:
 
     def home_pods(self, claims):
         return []
+
+    def colocation_view(self):
+        return _FreshView()
 
     def home_attached_nodes(self, claims):
         self.reads += 1
