@@ -132,7 +132,9 @@ def apply_decision(pod: Obj, decision: Decision, label_key: str, label_value: st
     """A copy of ``pod`` labelled for co-location, with the affinity the decision calls for.
 
     Every user pod gets the label (so later pods can find it); only ``colocate`` adds affinity.
-    Refusals never reach here: the spawner raises instead.
+    Refusals never reach here: the spawner raises instead.  A ``preferred`` decision (the safe
+    side on claims whose access modes are not known) adds the term as a preferred one (weight
+    100) and pins no node.
     """
     if decision.verdict not in (COLOCATE, SKIP):
         raise ValueError(f"cannot apply a {decision.verdict!r} decision to a pod")
@@ -154,6 +156,14 @@ def apply_decision(pod: Obj, decision: Decision, label_key: str, label_value: st
 
     pod_affinity = affinity.get("podAffinity") or {}
     affinity["podAffinity"] = pod_affinity
+    if decision.preferred:
+        # the safe side on claims of unknown access modes: together where the scheduler can
+        preferred = list(pod_affinity.get("preferredDuringSchedulingIgnoredDuringExecution") or [])
+        weighted = {"weight": 100, "podAffinityTerm": colocation_term(label_key, label_value)}
+        if weighted not in preferred:
+            preferred.append(weighted)
+        pod_affinity["preferredDuringSchedulingIgnoredDuringExecution"] = preferred
+        return manifest
     required = list(pod_affinity.get("requiredDuringSchedulingIgnoredDuringExecution") or [])
     term = colocation_term(label_key, label_value)
     if term not in required:

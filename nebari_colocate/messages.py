@@ -616,6 +616,8 @@ def operator_line(decision: Decision, *, username: str, server_name: str) -> str
         f"claims={','.join(decision.claims) or '-'}",
         f"verified={str(decision.verified).lower()}",
     ]
+    if decision.preferred:
+        fields.append("required=false")
     if decision.notes:
         fields.append(f"notes={'; '.join(decision.notes)!r}")
     return "colocate " + " ".join(fields)

@@ -8,7 +8,7 @@ could not be gathered.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from . import fit, preemption
@@ -124,6 +124,9 @@ class Decision:
     #: what kube-scheduler would evict on the pinned node to make room (warning
     #: ``preempts:<n>``), or, refused, what it would evict that holds the claim
     preemption: preemption.Preemption | None = None
+    #: the safe side on claims whose access modes are not known: co-location is preferred (the
+    #: scheduler's soft pod affinity), never required, and no node is pinned
+    preferred: bool = False
 
     @property
     def holders(self) -> list[str]:
@@ -409,20 +412,30 @@ def safe_side(
     *,
     namespace: str | None = None,
     known_modes: Mapping[str, Sequence[str]] | None = None,
+    exclusive_by_config: Collection[str] | None = None,
 ) -> Decision:
-    """When the state could not be gathered: never pin on a claim known to be shared; otherwise
-    never skip, and pin to a holder's node if one is known.
+    """When the state could not be gathered: a required co-location only where the storage is
+    known to need it; pinned to a holder's node if one is known.
 
     ``known_pods`` is whatever is at hand (the live view's last known pods, the pod reflector's
     cache, possibly empty).  ``namespace`` is the hub's: KubeSpawner's manifest has no
     ``metadata.namespace``, so the manifest's own field cannot be relied on.  ``known_modes``
     (claim -> access modes) is what earlier reads saw: modes never change, so a claim known to
     be shared (ReadWriteMany; ReadOnlyMany mounted read-only by every known pod) constrains
-    nothing.  A claim whose modes are unknown counts as exclusive, except that when servers of
-    other users hold it, it is taken to be shared (a per-user home is not mounted by other
-    users' servers; a claim every user mounts, as Nebari's, is): pinning this pod to their node
-    would keep it off every other node, while a wrong guess the other way ends in a
-    Multi-Attach event the event check reports.  So then only the user's own holders pin it.
+    nothing, and a claim known to be exclusive is co-located and pinned as its holders say.
+
+    A claim whose modes are not known (the hub's first check, the API not answering):
+
+    - held by servers of other users: taken to be shared (a per-user home is not mounted by
+      other users' servers; a claim every user mounts, as Nebari's, is): nothing required;
+    - one the configuration says is exclusive (``exclusive_by_config``: the claim this hub
+      creates itself with a ReadWriteOnce ``storage_access_mode``): taken to be exclusive;
+    - otherwise: co-location only preferred (:attr:`Decision.preferred`): a required term the
+      storage may not need would keep a GPU lab off the GPU node for good, while a wrong guess
+      the other way ends in a Multi-Attach event the event check reports at once.
+
+    ``exclusive_by_config`` None (no configuration at hand) takes every such claim to be
+    exclusive.  ``Decision.notes`` say, claim by claim, what was assumed (the hub log).
     """
     namespace = namespace or meta(pod).get("namespace")
     own_name = meta(pod).get("name")
@@ -441,11 +454,14 @@ def safe_side(
     username = annotations_of(pod).get(USERNAME_ANNOTATION)
     label = labels_of(pod).get(USERNAME_LABEL)
     pinning: list[Obj] = []
+    required: list[str] = []
+    preferred: list[str] = []
     for claim in claims:
         if claim in shared:
             continue
         held = holders(in_namespace, [claim], exclude=own_name)
         if claim in modes:
+            required.append(claim)
             pinning.extend(held)
             continue
         others = [
@@ -454,25 +470,32 @@ def safe_side(
             if is_server(h) and has_owner(h) and not (username and owned_by(h, username, label))
         ]
         if others:
-            pinning.extend(h for h in held if username and owned_by(h, username, label))
             notes.append(
                 f"access modes of claim {claim} unknown; {len(others)} server(s) of other users "
-                "hold it, so it is taken to be shared: only this user's own servers pin the pod"
+                "hold it, so it is taken to be shared: nothing required"
+            )
+        elif exclusive_by_config is None or claim in exclusive_by_config:
+            required.append(claim)
+            pinning.extend(held)
+            notes.append(
+                f"access modes of claim {claim} unknown: taken to be exclusive"
+                + ("" if exclusive_by_config is None else " (storage_access_mode)")
             )
         else:
-            pinning.extend(held)
-            notes.append(f"access modes of claim {claim} unknown: taken to be exclusive")
+            preferred.append(claim)
+            notes.append(
+                f"access modes of claim {claim} unknown and not a claim this hub creates "
+                "ReadWriteOnce: co-location with this user's servers preferred, not required"
+            )
+    if not required and not preferred:
+        if claims:
+            notes.append("no claim known or taken to be exclusive: nothing to co-locate")
+        return Decision(SKIP, verified=False, notes=notes)
+    if not required:
+        return Decision(COLOCATE, claims=preferred, verified=False, notes=notes, preferred=True)
     holding = list({id(p): p for p in pinning}.values())
     nodes = sorted({spec(h)["nodeName"] for h in holding})
-    decision = Decision(
-        COLOCATE,
-        holder_pods=holding,
-        claims=[c for c in claims if c not in shared],
-        verified=False,
-        notes=notes,
-    )
+    decision = Decision(COLOCATE, holder_pods=holding, claims=required, verified=False, notes=notes)
     if len(nodes) == 1:
         decision.node, decision.pinned_by = nodes[0], PINNED_BY_HOLDERS
-    elif not claims:
-        decision.verdict = SKIP
     return decision

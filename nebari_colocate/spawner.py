@@ -1039,8 +1039,21 @@ class ColocatingKubeSpawner(KubeSpawner):  # type: ignore[misc]  # KubeSpawner s
         )
         known = [*view.known_pods(pod), *(self._reflector_pods() or [])]
         return safe_side(
-            pod, known, why, namespace=self.namespace, known_modes=self._claim_modes(view, pod)
+            pod,
+            known,
+            why,
+            namespace=self.namespace,
+            known_modes=self._claim_modes(view, pod),
+            exclusive_by_config=self._exclusive_by_config(),
         )
+
+    def _exclusive_by_config(self) -> list[str]:
+        """The claims the configuration says are exclusive: the one this hub creates itself
+        (``storage_pvc_ensure``) with modes that are not shared.  A claim the hub does not
+        create (Nebari's static share, a hook's workspace) has modes no setting here tells."""
+        if not self.storage_pvc_ensure or not is_exclusive(self.storage_access_modes or []):
+            return []
+        return [self.pvc_name]
 
     def _decided(
         self, decision: Decision, check: float, waited: float, round_trip: float, *, safe: bool

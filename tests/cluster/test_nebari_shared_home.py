@@ -13,6 +13,7 @@ import logging
 import os
 import signal
 
+import pytest
 from traitlets.config import Config
 
 from nebari_colocate.affinity import apply_decision
@@ -39,10 +40,10 @@ def share_name(kube) -> str:
     return f"jupyterhub-{kube.namespace}-share"
 
 
-def nebari_config(kube) -> Config:
+def nebari_config(kube, mode: str | None = "ReadWriteMany") -> Config:
     """What Nebari's ``02-spawner.py`` and z2jh's static storage amount to for these tests: the
     shared claim mounted with a subPath per user, no claim created by the hub, and the
-    library's ReadWriteMany mode with no storage class."""
+    library's ``mode`` (None: ``custom.storage-access-mode`` not set) with no storage class."""
     c = Config()
     c.KubeSpawner.storage_pvc_ensure = False
     c.KubeSpawner.volumes = [
@@ -51,7 +52,8 @@ def nebari_config(kube) -> Config:
     c.KubeSpawner.volume_mounts = [
         {"name": "home", "mountPath": "/home/jovyan", "subPath": "home/{username}"}
     ]
-    c.ColocatingKubeSpawner.storage_access_mode = "ReadWriteMany"
+    if mode is not None:
+        c.ColocatingKubeSpawner.storage_access_mode = mode
     return c
 
 
@@ -127,13 +129,12 @@ async def test_the_safe_side_never_pins_a_gpu_lab_on_nebaris_shared_home(kube, s
 
     assert (known.verdict, known.node, known.verified) == ("skip", None, False)
     assert no_colocation(apply_decision(manifest, known, lab.colocation_label_key, "alice"))
-    assert (unknown.verdict, unknown.node, unknown.holders) == ("colocate", None, [])
-    pinned = apply_decision(manifest, unknown, lab.colocation_label_key, "alice")
-    assert "nodeAffinity" not in (pinned["spec"].get("affinity") or {})
+    assert (unknown.verdict, unknown.node, unknown.holders) == ("skip", None, [])
+    assert no_colocation(apply_decision(manifest, unknown, lab.colocation_label_key, "alice"))
     log = "\n".join(r.getMessage() for r in caplog.records)
     assert "taking the safe side" in log
     assert "claims known to be shared" in log
-    assert "server(s) of other users hold it, so it is taken to be shared" in log
+    assert "server(s) of other users hold it, so it is taken to be shared: nothing required" in log
 
     # The API back: alice's GPU lab starts on the GPU node, beside nobody.
     lab = spawners.make("alice", config=nebari_config(kube), **GPU_PROFILE)
@@ -143,6 +144,69 @@ async def test_the_safe_side_never_pins_a_gpu_lab_on_nebaris_shared_home(kube, s
     )
     assert pod["spec"]["nodeName"] == "gpu-1"
     assert no_colocation(pod)
+
+
+@pytest.mark.parametrize(
+    ("other_users", "assumed"),
+    [
+        pytest.param(0, "co-location with this user's servers preferred, not required", id="alone"),
+        pytest.param(4, "so it is taken to be shared: nothing required", id="beside-others"),
+    ],
+)
+async def test_the_safe_side_gives_a_gpu_lab_no_required_colocation_with_the_users_cpu_app(
+    kube, spawners, caplog, other_users, assumed
+):
+    """Nebari with no ``storage-access-mode`` set (the library's default ReadWriteOnce), the
+    hub's first check of the shared claim (nothing remembered, the API not answering): alice's
+    GPU lab must still reach the GPU node, not be held to the node of her CPU app."""
+    await nebari_nodes(kube)
+    await kube.create_bound_claim(share_name(kube), access_modes=("ReadWriteMany",))
+    await other_users_servers(kube, ["general-1"], per_node=other_users)
+    app = spawners.make("alice", "app", config=nebari_config(kube, mode=None))
+    await spawners.start(app)
+    reflector = app.pod_reflector
+    await wait_until(
+        lambda: len(reflector.pods) >= other_users + 1,
+        timeout=20,
+        what="the pod reflector",
+        interval=0.05,
+    )
+
+    lab = spawners.make(
+        "alice", config=nebari_config(kube, mode=None), colocation_check_timeout=0.5, **GPU_PROFILE
+    )
+    manifest = await manifest_of(lab)
+    pid = kube.control_plane.pids["apiserver"]
+    ColocatingKubeSpawner._known_claim_modes.forget()
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        await ClusterView.stop_all(kube.namespace)
+        with caplog.at_level(logging.INFO):
+            decision = await lab.colocation_decide(manifest)
+    finally:
+        os.kill(pid, signal.SIGCONT)
+
+    log = "\n".join(r.getMessage() for r in caplog.records)
+    assert "taking the safe side" in log
+    assert assumed in log
+    assert decision.node is None
+    placed = apply_decision(manifest, decision, lab.colocation_label_key, "alice")
+    affinity = placed["spec"].get("affinity") or {}
+    assert "nodeAffinity" not in affinity
+    assert not (affinity.get("podAffinity") or {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    )
+
+    # The real scheduler places the lab so decided: on the GPU node, away from the CPU app.
+    await kube.core.create_namespaced_pod(kube.namespace, placed)
+
+    async def node_of_lab() -> str | None:
+        pod = await kube.core.read_namespaced_pod(placed["metadata"]["name"], kube.namespace)
+        return pod.spec.node_name
+
+    assert await wait_until(node_of_lab, timeout=30, what="the lab bound", interval=0.1) == "gpu-1"
+    app_pod = await kube.core.read_namespaced_pod(app.pod_name, kube.namespace)
+    assert app_pod.spec.node_name == "general-1"
 
 
 async def test_holders_of_a_shared_claim_are_not_gathered_only_those_of_exclusive_ones(

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import pytest
 
+from nebari_colocate.affinity import apply_decision
+from nebari_colocate.config import DEFAULT_LABEL_KEY as LABEL_KEY
 from nebari_colocate.placement import Policy, decide, safe_side
 from tests.support.builders import (
     NAMESPACE,
@@ -824,21 +826,21 @@ def bobs(node_name: str = "cpu-1", name: str = "jupyter-bob", **kwargs) -> dict:
             {"claims": [SHARE]},
             [bobs(), bobs("cpu-2", "jupyter-carol", user="carol")],
             {},
-            expect("colocate"),
+            expect("skip"),
             "access modes of claim jupyterhub-dev-share unknown; 2 server(s) of other users "
-            "hold it, so it is taken to be shared: only this user's own servers pin the pod",
+            "hold it, so it is taken to be shared: nothing required",
         ),
         (
-            "unknown-held-by-other-users-and-own-server-pins-to-the-own-node",
+            "unknown-held-by-other-users-and-own-server-pins-nothing",
             {"claims": [SHARE]},
             [bobs(), lab("cpu-2", claims=[SHARE])],
             {},
-            expect("colocate", "cpu-2", holders=["jupyter-alice"]),
+            expect("skip"),
             "access modes of claim jupyterhub-dev-share unknown; 1 server(s) of other users "
-            "hold it, so it is taken to be shared: only this user's own servers pin the pod",
+            "hold it, so it is taken to be shared: nothing required",
         ),
         (
-            "unknown-held-by-a-job-pod-is-taken-as-exclusive",
+            "unknown-held-by-a-job-pod-is-taken-as-exclusive-without-configuration",
             {},
             [pod("backup-alice", claims=[HOME], node_name="cpu-2", phase="Running")],
             {},
@@ -858,6 +860,80 @@ def test_safe_side_never_pins_on_a_claim_known_or_taken_to_be_shared(
     assert decision.notes[0] == "API timed out"
     if expect_note is not None:
         assert expect_note in decision.notes
+
+
+@pytest.mark.parametrize(
+    "test_variation_id, claims, known_pods, known_modes, by_config, expect_result, "
+    "expect_preferred",
+    [
+        (
+            "unknown-share-held-only-by-the-users-own-app-is-only-preferred",
+            [SHARE],
+            [lab("cpu-2", name="jupyter-alice--app", claims=[SHARE])],
+            {},
+            [],
+            expect("colocate"),
+            True,
+        ),
+        (
+            "unknown-claim-no-one-holds-is-only-preferred",
+            [SHARE],
+            [],
+            {},
+            [],
+            expect("colocate"),
+            True,
+        ),
+        (
+            "unknown-home-the-hub-creates-rwo-pins-to-its-holder",
+            [HOME],
+            [lab("cpu-2", name="jupyter-alice--app")],
+            {},
+            [HOME],
+            expect("colocate", "cpu-2", holders=["jupyter-alice--app"]),
+            False,
+        ),
+        (
+            "unknown-workspace-beside-a-known-exclusive-home-follows-the-home",
+            [HOME, "workspace-alice"],
+            [lab("cpu-2", name="jupyter-alice--app", claims=[HOME, "workspace-alice"])],
+            {HOME: [RWO]},
+            [],
+            expect("colocate", "cpu-2", holders=["jupyter-alice--app"]),
+            False,
+        ),
+        (
+            "known-rwx-share-and-unknown-workspace-is-only-preferred",
+            [SHARE, "workspace-alice"],
+            [lab("cpu-2", name="jupyter-alice--app", claims=[SHARE, "workspace-alice"])],
+            {SHARE: [RWX]},
+            [],
+            expect("colocate"),
+            True,
+        ),
+    ],
+)
+def test_safe_side_requires_co_location_only_where_the_storage_is_known_to_need_it(
+    test_variation_id, claims, known_pods, known_modes, by_config, expect_result, expect_preferred
+):
+    decision = safe_side(
+        new_pod(claims=claims),
+        known_pods,
+        "API timed out",
+        known_modes=known_modes,
+        exclusive_by_config=by_config,
+    )
+    assert outcome(decision) == expect_result
+    assert decision.preferred is expect_preferred
+    assert decision.verified is False
+    manifest = apply_decision(new_pod(claims=claims), decision, LABEL_KEY, "alice")
+    pod_affinity = manifest["spec"].get("affinity", {}).get("podAffinity", {})
+    required = pod_affinity.get("requiredDuringSchedulingIgnoredDuringExecution") or []
+    preferred = pod_affinity.get("preferredDuringSchedulingIgnoredDuringExecution") or []
+    assert (len(required), len(preferred)) == ((0, 1) if expect_preferred else (1, 0))
+    if expect_preferred:
+        assert "nodeAffinity" not in manifest["spec"]["affinity"]
+        assert "preferred, not required" in "; ".join(decision.notes)
 
 
 @pytest.mark.parametrize(
