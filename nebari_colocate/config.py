@@ -59,6 +59,18 @@ DEFAULT_IMAGE_PULL_GRACE_SECONDS = 120.0
 #: seconds a home still attached to another node that no pod uses (a detach under way) may keep
 #: a spawn waiting before it is ended (``detach_grace_seconds``; 0 or less: wait for start_timeout)
 DEFAULT_DETACH_GRACE_SECONDS = 60.0
+#: seconds a created pod may go without any word from a scheduler (not bound, no PodScheduled
+#: condition, no event) before its spawn is ended (``colocation_unscheduled_timeout``; 0 or less:
+#: wait for start_timeout): a running kube-scheduler binds a pod or says why not within a second
+#: or two, and a z2jh user-scheduler's leader failover takes about 15 s
+DEFAULT_UNSCHEDULED_TIMEOUT_SECONDS = 30.0
+#: the shortest colocation_unscheduled_timeout above 0: a scheduler with a queue (a burst of
+#: spawns) may take seconds to try a new pod, and a false refusal is worse than a late one
+MIN_UNSCHEDULED_TIMEOUT_SECONDS = 5.0
+#: seconds a pod the scheduler makes room for by preemption (nominated to a node, its victims
+#: evicted) may wait for them to be gone before the spawn is ended (``preemption-stalled``):
+#: victims get their terminationGracePeriodSeconds (30 s by default; z2jh's placeholders 0)
+PREEMPTION_GRACE_SECONDS = 120.0
 #: ``colocation_share_pod_watch``: KubeSpawner's pod reflector reads the live view's watch (a pod a
 #: spawn waits on is read by name while that watch is quiet: ``shared_reflector``)
 DEFAULT_SHARE_POD_WATCH = True
@@ -177,6 +189,21 @@ def check_seconds(name: str, value: Any) -> float:
     return float(value)
 
 
+def check_unscheduled_timeout(value: Any) -> float:
+    """A colocation_unscheduled_timeout that can work: 0 or less (off), or a finite number of
+    seconds of at least :data:`MIN_UNSCHEDULED_TIMEOUT_SECONDS`, or TraitError."""
+    seconds = check_seconds("colocation_unscheduled_timeout", value)
+    if 0 < seconds < MIN_UNSCHEDULED_TIMEOUT_SECONDS:
+        raise TraitError(
+            f"colocation_unscheduled_timeout {value!r} is too short: use at least "
+            f"{MIN_UNSCHEDULED_TIMEOUT_SECONDS:g} seconds, or 0 to turn the rule off. A scheduler "
+            "busy with a burst of spawns may take seconds to try a new pod, and the spawn would "
+            "be ended although the scheduler runs. "
+            f"Default: {DEFAULT_UNSCHEDULED_TIMEOUT_SECONDS:g}"
+        )
+    return seconds
+
+
 def check_positive_seconds(name: str, value: Any) -> float:
     """A finite number of seconds above 0 for the setting ``name``, or TraitError."""
     if (
@@ -288,6 +315,9 @@ SETTINGS: Mapping[str, Setting] = {
     "detach_grace_seconds": Setting(
         DEFAULT_DETACH_GRACE_SECONDS,
         lambda value: check_seconds("detach_grace_seconds", value),
+    ),
+    "colocation_unscheduled_timeout": Setting(
+        DEFAULT_UNSCHEDULED_TIMEOUT_SECONDS, check_unscheduled_timeout
     ),
     "refusal_hold_seconds": Setting(
         DEFAULT_REFUSAL_HOLD_SECONDS, lambda value: check_seconds("refusal_hold_seconds", value)

@@ -6,7 +6,13 @@ spawn can never succeed, and waiting for ``start_timeout`` (300 s in zero-to-jup
 hides the reason from the person on the spawn page:
 
 - ``unschedulable-pinned``: the kube-scheduler cannot place a pod that is pinned to the node
-  holding its volume.  No autoscaler can help: a new node never holds the volume.
+  holding its volume.  No autoscaler can help: a new node never holds the volume.  A pod the
+  scheduler is making room for by preemption (its FailedScheduling says it found a placement
+  "preempting K victims", or the pod is nominated to that node) waits instead (``preempting``),
+  and fails as ``preemption-stalled`` if it is still not bound ``preemption_grace_seconds`` later.
+- ``no-scheduler``: no scheduler has looked at the pod (no node, no ``PodScheduled`` condition, no
+  event) for ``unscheduled_timeout_seconds``: its ``schedulerName`` is served by no running
+  scheduler (z2jh's user-scheduler down, a typo).
 - ``no-scale-up``: the scheduler cannot place the pod and the cluster autoscaler
   (``NotTriggerScaleUp``) or Karpenter (``Failed to schedule pod, ...``) will not add a node.
   Karpenter gives one reason per NodePool; each is read (:func:`karpenter_reasons`) and the
@@ -40,13 +46,20 @@ from .config import (
     DEFAULT_DETACH_GRACE_SECONDS,
     DEFAULT_IMAGE_PULL_GRACE_SECONDS,
     DEFAULT_UNSCHEDULABLE_GRACE_SECONDS,
+    DEFAULT_UNSCHEDULED_TIMEOUT_SECONDS,
+    PREEMPTION_GRACE_SECONDS,
 )
 from .objects import GPU_RESOURCES, Obj
 from .wayout import NO_WAY_OUT_REASONS, WayOut, stop_every_holder
 
 WAIT, FAIL = "wait", "fail"
 
+#: the scheduler a pod without ``schedulerName`` gets (API defaulting)
+DEFAULT_SCHEDULER = "default-scheduler"
+
 UNSCHEDULABLE_PINNED = "unschedulable-pinned"
+PREEMPTION_STALLED = "preemption-stalled"
+NO_SCHEDULER = "no-scheduler"
 NO_SCALE_UP = "no-scale-up"
 UNSCHEDULABLE = "unschedulable"
 MULTI_ATTACH = "multi-attach"
@@ -57,6 +70,8 @@ IMAGE_PULL = "image-pull"
 #: apply: the fail-at-once rules first, then the grace rules.
 EVENT_REASON_CODES = (
     UNSCHEDULABLE_PINNED,
+    PREEMPTION_STALLED,
+    NO_SCHEDULER,
     NO_SCALE_UP,
     MULTI_ATTACH,
     IMAGE_INVALID,
@@ -69,7 +84,8 @@ SCALING_UP = "scaling-up"  # an autoscaler adds a node (or Karpenter nominated o
 NO_NODE_YET = "no-node-yet"  # unschedulable, within the grace
 RETRYING_PULL = "retrying-pull"  # the image pull fails, within the grace
 PROGRESS = "progress"  # nothing wrong: the latest ordinary event (``event``), if any
-WAIT_CODES = (SCALING_UP, NO_NODE_YET, RETRYING_PULL, PROGRESS)
+PREEMPTING = "preempting"  # the scheduler makes room on ``node`` by evicting lower-priority pods
+WAIT_CODES = (SCALING_UP, NO_NODE_YET, RETRYING_PULL, PROGRESS, PREEMPTING)
 
 
 @dataclass(frozen=True)
@@ -117,6 +133,12 @@ class EventVerdict:
     #: FAIL (MULTI_ATTACH, UNSCHEDULABLE_PINNED): the user's own servers to stop so that this
     #: one can start, when every pod holding the home is one of them (``wayout``); else None
     way_out: WayOut | None = None
+    #: the scheduler that spoke (the FailedScheduling's reporting component) or, NO_SCHEDULER,
+    #: the one the pod names and nobody runs; "" when unknown
+    scheduler: str = ""
+    #: PREEMPTING, PREEMPTION_STALLED, and an UNSCHEDULABLE_PINNED whose preemption was given
+    #: up: the victims the scheduler's last placement by preemption counted (0: none seen)
+    victims: int = 0
 
     @property
     def reason(self) -> str | None:
@@ -138,6 +160,15 @@ _FRAGMENT_SPLIT = re.compile(r",\s+(?=\d+\s)")
 _COUNTED = re.compile(r"(\d+)\s+(.*)", re.DOTALL)
 _INSUFFICIENT = re.compile(r"Insufficient (\S+)")
 _TAINT_KEY = re.compile(r"taint \{([^:{}]+):")
+
+# kube-scheduler's DefaultPreemption (framework/preemption, defaultpreemption, v1.37): the
+# PostFilter's message after the histogram. A placement found: the victims are being evicted and
+# the pod is nominated to the node; while they terminate, the next attempts say "not eligible".
+_PREEMPTION_FOUND = re.compile(
+    r"preemption: found a potential placement for pod on node (?P<node>[^\s,]+), "
+    r"preempting (?P<victims>\d+) victims?"
+)
+PREEMPTION_TERMINATING = "not eligible due to a terminating pod on the nominated node"
 
 KARPENTER_FAILED = "Failed to schedule pod, "
 KARPENTER_NOMINATED = "Pod should schedule on: "
@@ -342,6 +373,7 @@ class _Event:
     first: datetime | None  # first occurrence
     last: datetime | None  # latest occurrence
     order: datetime  # sort key: ``last``, or the previous event's key when it has no time
+    component: str = ""  # reportingComponent (events.k8s.io) or source.component (core/v1)
 
 
 def _normalise(events: Sequence[Obj]) -> list[_Event]:
@@ -372,6 +404,9 @@ def _normalise(events: Sequence[Obj]) -> list[_Event]:
                 first=first,
                 last=last,
                 order=carried,
+                component=str(
+                    ev.get("reportingComponent") or (ev.get("source") or {}).get("component") or ""
+                ),
             )
         )
     # sorted() is stable: equal times keep the input order.
@@ -540,11 +575,68 @@ def _scheduling_episode(events: list[_Event]) -> _Scheduling:
     return episode
 
 
-def _pinned_verdict(node: str, ev: _Event) -> EventVerdict:
+def _pinned_verdict(node: str, ev: _Event, victims: int = 0) -> EventVerdict:
     # The fragments about other nodes ("didn't satisfy plugin(s) [NodeAffinity]": excluded by
     # the pin before any filter ran) say nothing about the pinned node, so they are dropped.
     fragments = tuple(f for f in _fit_error(ev.message) if _OTHER_NODES not in f.text)
-    return EventVerdict(FAIL, UNSCHEDULABLE_PINNED, ev.message, node=node, fragments=fragments)
+    return EventVerdict(
+        FAIL,
+        UNSCHEDULABLE_PINNED,
+        ev.message,
+        node=node,
+        fragments=fragments,
+        scheduler=ev.component,
+        victims=victims,
+    )
+
+
+def _placement(ev: _Event) -> tuple[str, int] | None:
+    """(node, victims) of a FailedScheduling whose preemption found a placement, else None."""
+    m = _PREEMPTION_FOUND.search(ev.message)
+    return (m.group("node"), int(m.group("victims"))) if m else None
+
+
+def _preemption(
+    fit_errors: list[_Event],
+    pinned_node: str | None,
+    nominated: str | None,
+    now: datetime,
+    grace: float,
+) -> EventVerdict | None:
+    """WAIT while the scheduler makes room for the pod by preemption, FAIL once that has lasted
+    ``grace`` seconds (``grace`` <= 0: wait for start_timeout); None when it does not.
+
+    The pod is preempting when the scheduler's latest word found a placement by preemption (on
+    the pinned node, for a pinned pod), when the pod is nominated to that node
+    (``status.nominatedNodeName``), or when its latest word is that the victims of an earlier
+    placement are still terminating.  The scheduler drops a nomination it cannot keep (a
+    FailedScheduling without a placement and the nomination cleared): the pod is then judged as
+    any other."""
+    latest = fit_errors[-1]
+    placed = _placement(latest)
+    found = [p for p in map(_placement, fit_errors) if p and p[0] == (pinned_node or p[0])]
+    target = pinned_node or (placed[0] if placed else None) or nominated
+    terminating = PREEMPTION_TERMINATING in latest.message
+    if not (
+        (placed is not None and placed[0] == target)
+        or (nominated is not None and nominated == target)
+        or (terminating and found)
+    ):
+        return None
+    # The current run of preempting words: back to the latest word that was neither.
+    run = []
+    for ev in reversed(fit_errors):
+        if _placement(ev) is None and PREEMPTION_TERMINATING not in ev.message:
+            break
+        run.append(ev)
+    starts = [t for ev in (run or [latest]) for t in (ev.first or ev.last,) if t]
+    victims = found[-1][1] if found else 0
+    waiting = EventVerdict(
+        WAIT, PREEMPTING, latest.message, node=target, scheduler=latest.component, victims=victims
+    )
+    if grace > 0 and starts and (now - min(starts)).total_seconds() >= grace:
+        return replace(waiting, action=FAIL, code=PREEMPTION_STALLED, grace=grace)
+    return waiting
 
 
 def _no_scale_up_verdict(ev: _Event) -> EventVerdict:
@@ -561,13 +653,24 @@ def _schedule(
     now: datetime,
     grace: float,
     wants_gpu: bool = False,
+    nominated: str | None = None,
+    preemption_grace: float = PREEMPTION_GRACE_SECONDS,
 ) -> EventVerdict | None:
     """The verdict of the scheduling phase, or None when the pod is not stuck there."""
     episode = _scheduling_episode(events)
     fit_errors = [ev for ev in episode.failures if _is_fit_error(ev)]
 
+    preempting = (
+        _preemption(fit_errors, pinned_node, nominated, now, preemption_grace)
+        if fit_errors
+        else None
+    )
+    if preempting is not None:
+        return preempting
     if pinned_node and fit_errors:
-        return _pinned_verdict(pinned_node, fit_errors[-1])
+        # A placement by preemption given up since still says so (its victims).
+        found = [p for p in map(_placement, fit_errors) if p and p[0] == pinned_node]
+        return _pinned_verdict(pinned_node, fit_errors[-1], found[-1][1] if found else 0)
 
     # The latest autoscaler word decides: a scale-up stays in progress while the scheduler keeps
     # reporting FailedScheduling (it does until the new node is Ready) unless the autoscaler
@@ -590,6 +693,37 @@ def _schedule(
     if grace > 0 and starts and (now - min(starts)).total_seconds() >= grace:
         return EventVerdict(FAIL, UNSCHEDULABLE, latest.message, fragments=fragments, grace=grace)
     return EventVerdict(WAIT, NO_NODE_YET, latest.message, fragments=fragments)
+
+
+def _unscheduled(
+    events: list[_Event],
+    pod: Obj | None,
+    created: datetime | None,
+    now: datetime,
+    timeout: float,
+) -> EventVerdict | None:
+    """FAIL NO_SCHEDULER when no scheduler has looked at the pod for ``timeout`` seconds since
+    it was ``created``: not bound, not nominated, no ``PodScheduled`` condition (kube-scheduler
+    sets one on every failed attempt) and not one event.  A scheduler that runs binds a pod or
+    says why not within a second; one that does not run says nothing at all.  None otherwise,
+    and whenever the pod or its creation time is unknown (``timeout`` <= 0: never)."""
+    if timeout <= 0 or pod is None or created is None or events:
+        return None
+    spec = pod.get("spec") or {}
+    status = pod.get("status") or {}
+    if spec.get("nodeName") or status.get("nominatedNodeName"):
+        return None
+    if (pod.get("metadata") or {}).get("deletionTimestamp"):
+        return None
+    if status.get("phase") not in (None, "Pending"):
+        return None
+    conditions = status.get("conditions") or []
+    if any(isinstance(c, Mapping) and c.get("type") == "PodScheduled" for c in conditions):
+        return None
+    if (now - _aware(created)).total_seconds() < timeout:
+        return None
+    scheduler = str(spec.get("schedulerName") or DEFAULT_SCHEDULER)
+    return EventVerdict(FAIL, NO_SCHEDULER, grace=timeout, scheduler=scheduler)
 
 
 def _multi_attach(
@@ -759,6 +893,10 @@ def classify(
     server_name: str | None = None,
     own_server_names: Mapping[str, str] | None = None,
     pinned_holders: Sequence[str] = (),
+    pod: Obj | None = None,
+    created: datetime | None = None,
+    unscheduled_timeout_seconds: float = DEFAULT_UNSCHEDULED_TIMEOUT_SECONDS,
+    preemption_grace_seconds: float = PREEMPTION_GRACE_SECONDS,
 ) -> EventVerdict:
     """Decide from one pod's events whether its spawn should keep waiting or fail now.
 
@@ -776,13 +914,28 @@ def classify(
     started) and ``own_server_names`` (the user's own server pods -> their server names);
     ``pinned_holders`` are the pods whose hold on the home pinned the pod to ``pinned_node``.
 
+    ``pod`` is the pod as the pod reflector holds it (``spec.nodeName``, ``spec.schedulerName``,
+    ``status.nominatedNodeName``, ``status.conditions``), None while unknown; ``created`` when
+    its create request succeeded.  A pod nominated to its node waits on the preemption for
+    ``preemption_grace_seconds``; a pod no scheduler looked at fails after
+    ``unscheduled_timeout_seconds`` (0 or less: never).
+
     Fail-at-once rules come first (pinned and unschedulable, autoscaler refusal, Multi-Attach,
     invalid image), then the grace rules (unschedulable, image pull), then progress.
     """
     now = _aware(now)
     ordered = _normalise(events)
 
-    scheduling = _schedule(ordered, pinned_node, now, unschedulable_grace_seconds, wants_gpu)
+    nominated = ((pod or {}).get("status") or {}).get("nominatedNodeName") or None
+    scheduling = _schedule(
+        ordered,
+        pinned_node,
+        now,
+        unschedulable_grace_seconds,
+        wants_gpu,
+        nominated=nominated,
+        preemption_grace=preemption_grace_seconds,
+    ) or _unscheduled(ordered, pod, created, now, unscheduled_timeout_seconds)
     attach = _multi_attach(ordered, own_servers, servers, now, detach_grace_seconds)
     images = _images(ordered, now, image_pull_grace_seconds)
 

@@ -96,6 +96,7 @@ NOT_EXPOSED = (
     "unschedulable_grace_seconds",
     "image_pull_grace_seconds",
     "detach_grace_seconds",
+    "colocation_unscheduled_timeout",
     "refusal_hold_seconds",
     "default_server_display_name",
     "way_out_release_timeout",

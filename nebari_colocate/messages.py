@@ -795,10 +795,42 @@ def _pinned_text(verdict: events.EventVerdict) -> str:
             "Stop your other servers that use the volume, or choose a profile that fits on "
             f"node {node}."
         )
+    # A placement by preemption the scheduler gave up (the nomination dropped).
+    dropped = (
+        " The scheduler first planned to make room there by stopping lower-priority pods, then "
+        "gave that up."
+        if verdict.victims
+        else ""
+    )
     return (
         f"This server cannot start on node {node}, where your storage volume is attached: "
-        f"{why}. A new node cannot help, because the volume can be attached to only one node "
-        f"at a time. {advice}"
+        f"{why}.{dropped} A new node cannot help, because the volume can be attached to only "
+        f"one node at a time. {advice}"
+    )
+
+
+def _preempting_text(verdict: events.EventVerdict) -> str:
+    on = f" on node {verdict.node}" if verdict.node else ""
+    pods = (
+        _plural(verdict.victims, "lower-priority pod") if verdict.victims else "lower-priority pods"
+    )
+    return f"Making room for this server{on}: the scheduler is stopping {pods} there"
+
+
+def _preemption_stalled_text(verdict: events.EventVerdict) -> str:
+    on = f" on node {verdict.node}" if verdict.node else ""
+    return (
+        f"This server could not start: the scheduler began making room for it{on} by stopping "
+        f"lower-priority pods, but it still could not place it after {verdict.grace:g} seconds. "
+        "Try again in a few minutes; if this keeps happening, tell your administrator."
+    )
+
+
+def _no_scheduler_text(verdict: events.EventVerdict) -> str:
+    return (
+        "No scheduler has picked up your server: the cluster's scheduler "
+        f"'{verdict.scheduler or events.DEFAULT_SCHEDULER}' may not be running. An administrator "
+        "must fix it; trying again will not help until then."
     )
 
 
@@ -920,6 +952,8 @@ def _progress_text(verdict: events.EventVerdict) -> str:
 
 _EVENT_WORDS: dict[str, Callable[[events.EventVerdict], str]] = {
     events.UNSCHEDULABLE_PINNED: _pinned_text,
+    events.PREEMPTION_STALLED: _preemption_stalled_text,
+    events.NO_SCHEDULER: _no_scheduler_text,
     events.NO_SCALE_UP: _no_scale_up_text,
     events.MULTI_ATTACH: _multi_attach_text,
     events.IMAGE_INVALID: _image_invalid_text,
@@ -929,6 +963,7 @@ _EVENT_WORDS: dict[str, Callable[[events.EventVerdict], str]] = {
     events.NO_NODE_YET: _no_node_yet_text,
     events.RETRYING_PULL: _retrying_pull_text,
     events.PROGRESS: _progress_text,
+    events.PREEMPTING: _preempting_text,
 }
 
 
@@ -955,10 +990,12 @@ def event_failure(
 def event_operator_line(
     verdict: events.EventVerdict, *, username: str, server_name: str, pod_name: str
 ) -> str:
-    """The hub-log line of a spawn ended by a pod event: its code and the raw event."""
+    """The hub-log line of a spawn ended by a pod event: its code and the raw event, and the
+    scheduler that spoke (or, ``no-scheduler``, the one the pod names and nobody runs)."""
+    scheduler = f" scheduler={verdict.scheduler!r}" if verdict.scheduler else ""
     return (
         f"colocate event-verdict={verdict.action} reason={verdict.reason} user={username!r} "
-        f"server={server_name!r} pod={pod_name} event={verdict.raw!r}"
+        f"server={server_name!r} pod={pod_name}{scheduler} event={verdict.raw!r}"
     )
 
 

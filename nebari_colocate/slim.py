@@ -96,10 +96,16 @@ def _slim_container_status(status: Obj) -> JsonDict:
 def _slim_status(status: Obj, share: Callable[[Any], Any]) -> JsonDict:
     """The phase, the pod IP and the container statuses, each only when the API gave it (as
     KubeSpawner tells a missing key from a present one: ``pod["status"]["podIP"]``,
-    ``pod["status"].get("containerStatuses")``)."""
+    ``pod["status"].get("containerStatuses")``); what the fail fast reads of a pending pod's
+    scheduling (:mod:`nebari_colocate.pod_scheduling`): the node a preemption nominated it to,
+    and whether a scheduler has set its ``PodScheduled`` condition (its type only)."""
     kept: JsonDict = {}
     if status.get("phase"):
         kept["phase"] = status["phase"]
+    if status.get("nominatedNodeName"):
+        kept["nominatedNodeName"] = status["nominatedNodeName"]
+    if any(c.get("type") == "PodScheduled" for c in status.get("conditions") or ()):
+        kept["conditions"] = [{"type": "PodScheduled"}]
     if "podIP" in status:
         kept["podIP"] = status["podIP"]
     # preemption: where a pending pod waits for room, and which victim is older

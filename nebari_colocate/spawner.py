@@ -61,10 +61,12 @@ from .config import (
     DEFAULT_SERVER_DISPLAY_NAME,
     DEFAULT_SHARE_POD_WATCH,
     DEFAULT_UNSCHEDULABLE_GRACE_SECONDS,
+    DEFAULT_UNSCHEDULED_TIMEOUT_SECONDS,
     DEFAULT_WATCH_STALE_SECONDS,
     DEFAULT_WAY_OUT_RELEASE_TIMEOUT,
     EVENT_POLL_INTERVAL,
     POD_WATCH_FIRST_LIST_SECONDS,
+    PREEMPTION_GRACE_SECONDS,
     PREMIUM_POLICIES,
     SETTINGS,
     check_mode_conflicts,
@@ -104,6 +106,7 @@ from .objects import (
     pod_server,
 )
 from .placement import COLOCATE, REFUSE, SKIP, Decision, Policy, decide, safe_side
+from .pod_scheduling import confirmed, read_pod, reflected_pod
 from .shared_reflector import (
     PodWatchUnavailable,
     SharedPodReflector,
@@ -329,6 +332,22 @@ class ColocatingKubeSpawner(KubeSpawner):  # type: ignore[misc]  # KubeSpawner s
         (``multi-attach``: an unmount that hangs).  A volume another pod still uses ends the
         spawn at once.  0 disables this rule: such a pod waits for ``start_timeout``.
         Default: 60.
+        """,
+    )
+
+    colocation_unscheduled_timeout = Float(
+        DEFAULT_UNSCHEDULED_TIMEOUT_SECONDS,
+        config=True,
+        help="""
+        Seconds a created pod may go with no word from any scheduler (not bound, no
+        ``PodScheduled`` condition, not one event) before the spawn is ended with "No scheduler
+        has picked up your server: the cluster's scheduler 'X' may not be running"; the hub log
+        names the scheduler.  A pod whose ``schedulerName`` no running scheduler serves
+        (zero-to-jupyterhub's user-scheduler Deployment down, a typo in ``scheduler_name``)
+        stays Pending with no event at all, and would wait out ``start_timeout``.  A running
+        kube-scheduler binds a pod or says why not within a second or two; a user-scheduler's
+        leader failover takes about 15 s.  Default: 30.  Shorter ends such spawns sooner but
+        risks ending one a busy scheduler had not reached yet (at least 5); 0 disables it.
         """,
     )
 
@@ -869,6 +888,7 @@ class ColocatingKubeSpawner(KubeSpawner):  # type: ignore[misc]  # KubeSpawner s
             )
         )
         if created:
+            self._pod_created_at = datetime.now(timezone.utc)
             await self._until_pod_settles(self._pod_started, "start")
         return created
 
@@ -1380,8 +1400,9 @@ class ColocatingKubeSpawner(KubeSpawner):  # type: ignore[misc]  # KubeSpawner s
                     return mine[i + 1 :]
         return mine
 
-    def classify_events(self) -> EventVerdict:
-        """The verdict on this pod's events so far (KubeSpawner's ``events``).
+    def classify_events(self, pod: JsonDict | None = None) -> EventVerdict:
+        """The verdict on this pod's events so far (KubeSpawner's ``events``) and on the pod
+        itself (``pod``, else the pod reflector's: :mod:`nebari_colocate.pod_scheduling`).
 
         Whether it fails never depends on the user's other pods, only its words and its way out
         do: so the pod maps (three passes over the pod reflector) are built only for a verdict
@@ -1399,6 +1420,10 @@ class ColocatingKubeSpawner(KubeSpawner):  # type: ignore[misc]  # KubeSpawner s
             "pinned_holders": (
                 decision.holders if decision is not None and decision.pinned_by == "holders" else ()
             ),
+            "pod": pod or reflected_pod(self.pod_reflector, self.namespace, self.pod_name),
+            "created": self._pod_created_at,
+            "unscheduled_timeout_seconds": self.colocation_unscheduled_timeout,
+            "preemption_grace_seconds": self.preemption_grace_seconds,
         }
         verdict = classify(events, **common)
         if verdict.action != FAIL:
@@ -1440,17 +1465,33 @@ class ColocatingKubeSpawner(KubeSpawner):  # type: ignore[misc]  # KubeSpawner s
         return own, known - own
 
     async def _watch_events(self, start_future: asyncio.Future[Any]) -> EventVerdict | None:
-        """Poll the event reflector until the start finishes or a verdict says fail."""
+        """Poll the event reflector until the start finishes or a verdict says fail (one drawn
+        from the pod's silence confirmed by a read of the pod by name)."""
         while not start_future.done():
             if self.event_reflector is not None and self._colocation_decision is not None:
                 verdict = self.classify_events()
                 if verdict.action == FAIL:
-                    return verdict
+                    found = await confirmed(
+                        verdict,
+                        lambda: read_pod(
+                            self.api, self.namespace, self.pod_name, self.k8s_api_request_timeout
+                        ),
+                        lambda pod: self.classify_events(pod),
+                    )
+                    if found is not None:
+                        return found
             await asyncio.sleep(self.event_poll_interval)
         return None
 
     #: seconds between looks at the event reflector's cache while a pod starts
     event_poll_interval = EVENT_POLL_INTERVAL
+
+    #: seconds a pod nominated by preemption may wait for its victims to be gone
+    #: (:data:`nebari_colocate.config.PREEMPTION_GRACE_SECONDS`)
+    preemption_grace_seconds = PREEMPTION_GRACE_SECONDS
+
+    #: when this spawn's pod create request succeeded (the ``no-scheduler`` rule counts from it)
+    _pod_created_at: datetime | None = None
 
     #: seconds a spawn the API failed keeps watching for its pod, to delete it
     #: (:data:`nebari_colocate.config.API_FAULT_SWEEP_SECONDS`)
@@ -1533,6 +1574,7 @@ class ColocatingKubeSpawner(KubeSpawner):  # type: ignore[misc]  # KubeSpawner s
         # pod of this name (KubeSpawner's ``events`` shows them all until ``_start`` sets its
         # marker), would end the new spawn at once with a stale verdict, before its own check.
         self._colocation_decision = None
+        self._pod_created_at = None
         start_future = super().start()
         if not (self.fail_fast_on_events and self.events_enabled):
             return await start_future

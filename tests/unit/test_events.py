@@ -25,6 +25,7 @@ from nebari_colocate.events import (
     MULTI_ATTACH,
     NO_NODE_YET,
     NO_SCALE_UP,
+    NO_SCHEDULER,
     PROGRESS,
     PROGRESS_EVENTS,
     RETRYING_PULL,
@@ -292,7 +293,8 @@ def check(case: Case) -> EventVerdict:
     # The raw message for the operator is one the cluster wrote, verbatim.
     assert verdict.raw == "" or verdict.raw in [e["message"] for e in case.events]
     if verdict.action == FAIL:
-        assert text and verdict.raw
+        # every failure but a scheduler's silence has the event that decided it
+        assert text and (verdict.raw or verdict.code == NO_SCHEDULER)
     # Pod names stay in the operator log, never in the person's text.
     assert "jupyter-" not in text
     return verdict
@@ -1190,6 +1192,8 @@ def test_naive_now_is_read_as_utc() -> None:
 def test_reason_codes_are_exported_in_preference_order() -> None:
     assert EVENT_REASON_CODES == (
         "unschedulable-pinned",
+        "preemption-stalled",
+        "no-scheduler",
         "no-scale-up",
         "multi-attach",
         "image-invalid",
@@ -1223,7 +1227,7 @@ def test_the_operator_line_keeps_the_raw_event() -> None:
         verdict, username="alice", server_name="", pod_name="jupyter-alice"
     ) == (
         f"colocate event-verdict=fail reason=unschedulable-pinned user='alice' server='' "
-        f"pod=jupyter-alice event={CPU_FULL!r}"
+        f"pod=jupyter-alice scheduler='default-scheduler' event={CPU_FULL!r}"
     )
 
 

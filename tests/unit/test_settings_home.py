@@ -75,6 +75,7 @@ BAD_VALUES = {
     "image_pull_grace_seconds": math.inf,
     "detach_grace_seconds": -math.inf,
     "refusal_hold_seconds": "3",
+    "colocation_unscheduled_timeout": 3,
     "default_server_display_name": 7,
     "way_out_release_timeout": 0,
 }
@@ -100,6 +101,8 @@ def test_the_event_graces_of_classify_are_the_settings_defaults():
     params = inspect.signature(classify).parameters
     for name in ("unschedulable_grace_seconds", "image_pull_grace_seconds", "detach_grace_seconds"):
         assert params[name].default == SETTINGS[name].default
+    timeout = SETTINGS["colocation_unscheduled_timeout"].default
+    assert params["unscheduled_timeout_seconds"].default == timeout
 
 
 def _docs_conf():
