@@ -688,6 +688,54 @@ class ControlPlane:
         self._retry_on_port_clash("scheduler", attempt)
         self.scheduler_log = str(self._components["scheduler"].log_path)
 
+    def start_scheduler(self, name: str, profiles: list[dict]) -> str:
+        """Start a further kube-scheduler (the same binary) serving ``profiles`` (a
+        KubeSchedulerConfiguration's, each with its ``schedulerName``), as zero-to-jupyterhub's
+        user-scheduler runs beside the cluster's own; wait until it is healthy and return its
+        log's path.  It runs until ``stop()``; ``stop_component(name)`` ends it sooner."""
+        if self.dir is None or self.kubeconfig is None:
+            raise RuntimeError("ControlPlane not started")
+        component_name = f"scheduler-{name}"
+        config_path = self.dir / f"{component_name}.config.json"
+        # JSON is YAML: kube-scheduler reads its --config either way.
+        config_path.write_text(
+            json.dumps(
+                {
+                    "apiVersion": "kubescheduler.config.k8s.io/v1",
+                    "kind": "KubeSchedulerConfiguration",
+                    "clientConnection": {"kubeconfig": self.kubeconfig},
+                    "leaderElection": {"leaderElect": False},
+                    "enableProfiling": False,
+                    "profiles": profiles,
+                },
+                indent=2,
+            )
+        )
+
+        def attempt() -> None:
+            port = free_port()
+            component = self._launch(
+                component_name,
+                [
+                    str(self.kube_bin),
+                    "scheduler",
+                    f"--config={config_path}",
+                    f"--bind-address={HOST}",
+                    f"--secure-port={port}",
+                    f"--tls-cert-file={self._serving_cert}",
+                    f"--tls-private-key-file={self._serving_key}",
+                    f"--cert-dir={self.dir / (component_name + '-certs')}",
+                ],
+            )
+            self._wait_healthz(component, port)
+
+        self._retry_on_port_clash(component_name, attempt)
+        return str(self._components[component_name].log_path)
+
+    def stop_component(self, name: str) -> None:
+        """Stop one component this control plane started (SIGTERM, then SIGKILL)."""
+        self._components[name].stop()
+
     def _start_controller_manager(self) -> None:
         def attempt() -> None:
             port = free_port()

@@ -1,0 +1,134 @@
+"""What zero-to-jupyterhub puts on a cluster for scheduling, as its chart renders it.
+
+- ``scheduling.podPriority.enabled: true``: three PriorityClasses (``<release>-default-priority``
+  0 for user pods, ``<release>-image-puller-priority`` -5, ``<release>-user-placeholder-priority``
+  -10; none is the cluster's global default) and ``c.KubeSpawner.priority_class_name`` set to
+  the first (:data:`USER_POD_TRAITS`);
+- ``scheduling.userPlaceholder``: a StatefulSet of pause pods at -10 with
+  ``terminationGracePeriodSeconds: 0`` and the user pods' resources (:func:`placeholder`; the
+  test control plane runs no StatefulSet controller, so the tests create its pods themselves,
+  with the template's spec);
+- ``scheduling.userScheduler.enabled: true``: a second kube-scheduler whose one profile
+  re-weights scoring (:data:`USER_SCHEDULER_PROFILE`, from the chart's ``values.yaml``), and
+  ``c.KubeSpawner.scheduler_name`` set to it.
+
+Read from the chart (jupyterhub/zero-to-jupyterhub-k8s ``jupyterhub/values.yaml``,
+``templates/scheduling/priorityclass.yaml``, ``user-placeholder/statefulset.yaml``); nothing
+copied but the values.
+"""
+
+from __future__ import annotations
+
+from kubernetes_asyncio import client
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from tests.support.helpers import api_client_of
+
+RELEASE = "jhub"
+DEFAULT_PRIORITY = f"{RELEASE}-default-priority"
+IMAGE_PULLER_PRIORITY = f"{RELEASE}-image-puller-priority"
+PLACEHOLDER_PRIORITY = f"{RELEASE}-user-placeholder-priority"
+PRIORITY_CLASSES = {DEFAULT_PRIORITY: 0, IMAGE_PULLER_PRIORITY: -5, PLACEHOLDER_PRIORITY: -10}
+USER_SCHEDULER = f"{RELEASE}-user-scheduler"
+PAUSE_IMAGE = "registry.k8s.io/pause:3.10"
+
+#: the KubeSpawner traits the chart sets with podPriority on
+USER_POD_TRAITS = {"priority_class_name": DEFAULT_PRIORITY}
+
+#: the chart's user-scheduler profile (``scheduling.userScheduler.plugins`` / ``pluginConfig``):
+#: scoring re-weighted, NodeResourcesFit by MostAllocated; filters and preemption stock
+USER_SCHEDULER_PROFILE = {
+    "schedulerName": USER_SCHEDULER,
+    "plugins": {
+        "score": {
+            "disabled": [
+                {"name": "NodeResourcesBalancedAllocation"},
+                {"name": "NodeAffinity"},
+                {"name": "InterPodAffinity"},
+                {"name": "NodeResourcesFit"},
+                {"name": "ImageLocality"},
+            ],
+            "enabled": [
+                {"name": "NodeAffinity", "weight": 14631},
+                {"name": "InterPodAffinity", "weight": 1331},
+                {"name": "NodeResourcesFit", "weight": 121},
+                {"name": "ImageLocality", "weight": 11},
+            ],
+        }
+    },
+    "pluginConfig": [
+        {
+            "name": "NodeResourcesFit",
+            "args": {
+                "scoringStrategy": {
+                    "type": "MostAllocated",
+                    "resources": [{"name": "cpu", "weight": 1}, {"name": "memory", "weight": 1}],
+                }
+            },
+        }
+    ],
+}
+
+
+async def ensure_priority_classes(api) -> None:
+    """The chart's PriorityClasses (cluster-scoped, kept for the session; none is global)."""
+    scheduling = client.SchedulingV1Api(api_client_of(api))
+    for name, value in PRIORITY_CLASSES.items():
+        body = {
+            "apiVersion": "scheduling.k8s.io/v1",
+            "kind": "PriorityClass",
+            "metadata": {"name": name},
+            "value": value,
+            "globalDefault": False,
+            "description": "zero-to-jupyterhub's, as its chart renders it (tests)",
+        }
+        try:
+            await scheduling.create_priority_class(body)
+        except ApiException as e:
+            if e.status != 409:
+                raise
+
+
+def placeholder(
+    name: str,
+    *,
+    cpu: str,
+    memory: str = "128M",
+    scheduler_name: str | None = None,
+    node_selector: dict[str, str] | None = None,
+) -> dict:
+    """One pod of the chart's user-placeholder StatefulSet (its template's spec)."""
+    spec: dict = {
+        "priorityClassName": PLACEHOLDER_PRIORITY,
+        "terminationGracePeriodSeconds": 0,
+        "automountServiceAccountToken": False,
+        "containers": [
+            {
+                "name": "pause",
+                "image": PAUSE_IMAGE,
+                "resources": {"requests": {"cpu": cpu, "memory": memory}},
+            }
+        ],
+    }
+    if scheduler_name:
+        spec["schedulerName"] = scheduler_name
+    if node_selector:
+        spec["nodeSelector"] = node_selector
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "labels": {"app": "jupyterhub", "component": "user-placeholder", "release": RELEASE},
+        },
+        "spec": spec,
+    }
+
+
+async def create_placeholders(api, namespace: str, count: int, **kwargs) -> list[str]:
+    """``count`` placeholder pods ``user-placeholder-<i>``; their names."""
+    core = client.CoreV1Api(api_client_of(api))
+    names = [f"user-placeholder-{i}" for i in range(count)]
+    for name in names:
+        await core.create_namespaced_pod(namespace, placeholder(name, **kwargs))
+    return names
