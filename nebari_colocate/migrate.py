@@ -70,6 +70,7 @@ from .objects import (
     JsonDict,
     Obj,
     attached_nodes,
+    is_server,
     is_terminal,
     pod_claims,
 )
@@ -452,10 +453,36 @@ def class_problem(storage_class: Obj | None, name: str, rwx_volumes: int | None)
     return None
 
 
+#: the fields of a server pod that place it as the hub places its users' pods (z2jh's
+#: ``scheduling.userScheduler`` and ``scheduling.podPriority``): the copy pod carries them too
+SCHEDULING_FIELDS = ("schedulerName", "priorityClassName")
+
+
+def servers_scheduling(pods: Iterable[Obj]) -> dict[str, str]:
+    """The ``schedulerName`` and ``priorityClassName`` the namespace's server pods agree on
+    (a field is left out when they differ or none has it): the hub's, as it places a user's
+    pods.  (pure)"""
+    seen: dict[str, set[str]] = {key: set() for key in SCHEDULING_FIELDS}
+    for pod in pods:
+        if is_server(pod):
+            for key in SCHEDULING_FIELDS:
+                seen[key].add(str(_spec(pod).get(key) or ""))
+    return {
+        key: values.pop() for key, values in seen.items() if len(values) == 1 and "" not in values
+    }
+
+
 def copy_pod_manifest(
-    home: Home, image: str, attached_node: str | None, script: str | None = None
+    home: Home,
+    image: str,
+    attached_node: str | None,
+    script: str | None = None,
+    scheduling: Mapping[str, str] | None = None,
 ) -> JsonDict:
-    """The pod that copies ``home``'s claim into the temporary claim (see copy_home.py)."""
+    """The pod that copies ``home``'s claim into the temporary claim (see copy_home.py),
+    scheduled as the user's pods are (``scheduling``: their ``schedulerName`` and
+    ``priorityClassName``, :func:`servers_scheduling`): z2jh's user-scheduler places it, and
+    at the users' priority it may preempt z2jh's placeholders as a user's server would."""
     name = temporary_name(home.claim)
     source = script if script is not None else COPY_SCRIPT.read_text()
     spec: JsonDict = {
@@ -528,6 +555,9 @@ def copy_pod_manifest(
             }
         }
         spec["tolerations"] = [{"operator": "Exists"}]
+    for key in SCHEDULING_FIELDS:
+        if (scheduling or {}).get(key):
+            spec[key] = (scheduling or {})[key]
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -1332,10 +1362,11 @@ class Mover:
             pod = None
         if pod is None:
             attached = await self._attached_node(_meta(home.old_pv)["name"])
+            scheduling = servers_scheduling(await self.pods())
             await read_json(
                 self.core.create_namespaced_pod,
                 self.namespace,
-                copy_pod_manifest(home, self.image, attached),
+                copy_pod_manifest(home, self.image, attached, scheduling=scheduling),
             )
         return None
 
