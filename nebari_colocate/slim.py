@@ -102,8 +102,6 @@ def _slim_status(status: Obj, share: Callable[[Any], Any]) -> JsonDict:
     kept: JsonDict = {}
     if status.get("phase"):
         kept["phase"] = status["phase"]
-    if status.get("nominatedNodeName"):
-        kept["nominatedNodeName"] = status["nominatedNodeName"]
     if any(c.get("type") == "PodScheduled" for c in status.get("conditions") or ()):
         kept["conditions"] = [{"type": "PodScheduled"}]
     if "podIP" in status:
