@@ -93,6 +93,24 @@ if delay:
 
     c.Spawner.pre_spawn_hook = slow_pre_spawn_hook
 
+# -- Nebari: its own hub.extraConfig files and values, read from the installed nebari package and
+# run as zero-to-jupyterhub runs them (tests/e2e/nebari/release.py), then the documented switch
+if s.get("nebari"):
+    import importlib.util
+    import sys
+
+    def _module(name, path):
+        spec = importlib.util.spec_from_file_location(name, path)
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+        return module
+
+    here = Path(__file__).resolve().parent
+    z2jh = _module("z2jh", here / "data_science_pack" / "z2jh.py")
+    c = _module("nebari_release", here / "nebari" / "release.py").run(c, z2jh.get_config, z2jh)
+
 # -- jhub-apps, installed as a deployment installs it ----------------------------------------
 # "jhub_apps": "colocate"  -> install_jhub_apps(c, spawner_to_subclass=ColocatingKubeSpawner)
 # "jhub_apps": "data-science-pack" -> the replica of data-science-pack's 01-spawner.py and
