@@ -22,7 +22,9 @@ spawner's ``start`` and ``stop``), and the view's pods are not live or were quie
 z2jh hub Role allows), every second at first and then less often (up to
 :data:`CLOSE_MAX_INTERVAL` seconds), and keeps what it read unless the watch brings a newer
 version.  A busy watch costs nothing more; a quiet one costs one GET per waiting spawn now and
-then, where KubeSpawner's reflector would list every server pod every 10 s.
+then, where KubeSpawner's reflector would list every server pod every 10 s.  ``poll()`` reads
+its server's pod by name the same way while the watch is quiet
+(:meth:`SharedPodReflector.read_if_quiet`).
 """
 
 from __future__ import annotations
@@ -321,6 +323,20 @@ class SharedPodReflector:
                 continue
             await asyncio.gather(*(self._read(key) for key in keys))
             interval = min(interval * 2, CLOSE_MAX_INTERVAL)
+
+    def quiet(self) -> bool:
+        """Whether the view's pod watch is broken or had no event or bookmark for
+        :data:`CLOSE_QUIET_SECONDS`: what it holds of a pod may be old."""
+        source = self.source()
+        return not source.live or source.quiet_seconds() >= CLOSE_QUIET_SECONDS
+
+    async def read_if_quiet(self, key: str) -> None:
+        """Read the pod ``key`` by name (one GET) while the watch is :meth:`quiet`, as
+        ``poll()`` asks about its server: a pod deleted behind the hub's back (an eviction, a
+        drain) is then seen gone at the next poll, as KubeSpawner's own reflector, which lists
+        its pods every 10 s, would see it."""
+        if self._listening and self._selection.selects_key(key) and self.quiet():
+            await self._read(key)
 
     async def _read(self, key: str) -> None:
         namespace, _, name = key.partition("/")

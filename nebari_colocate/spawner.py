@@ -43,7 +43,14 @@ from traitlets import (
 )
 
 from . import messages, metrics
-from .admission import CONTEXT_FIELDS, FIELDS, as_admitted, model_from_created, shape_key
+from .admission import (
+    CONTEXT_FIELDS,
+    FIELDS,
+    AdmissionModels,
+    as_admitted,
+    model_from_created,
+    shape_key,
+)
 from .affinity import NODEPOOL_LABEL, apply_decision, avoid_nodes, user_colocation_keys
 from .config import (
     ACCESS_MODES,
@@ -767,33 +774,41 @@ class ColocatingKubeSpawner(KubeSpawner):  # type: ignore[misc]  # KubeSpawner s
 
     @staticmethod
     def _needs_confirmation(view: ClusterView, decision: Decision) -> bool:
-        """An unpinned decision from a view that is not fresh (no event in the last seconds: its
-        watch may be silent on a dead path)."""
-        return decision.verdict == COLOCATE and decision.node is None and not view.fresh()
+        """An unpinned decision on an exclusive claim: the view is only as new as the last event
+        it applied, and a holder created a moment ago (or a watch gone silent) is not in it yet
+        (docs/decisions.md, "As new as the API")."""
+        return decision.verdict == COLOCATE and decision.node is None
 
     async def _confirmed_unpinned(
         self, view: ClusterView, pod: JsonDict, decision: Decision
     ) -> ClusterState | None:
         """An unpinned decision that needs it (:meth:`_needs_confirmation`) is confirmed by one
-        namespaced LIST of pods and one of VolumeAttachments (shared by the checks that confirm
-        at once); None when they agree, else the state read directly."""
+        namespaced LIST of pods, sent after the check began (shared by the checks that confirm
+        at once), and of VolumeAttachments when the view had no event for a few seconds; None
+        when they agree, else the state read directly."""
         if not self._needs_confirmation(view, decision):
             return None
-        if await view.confirm_unpinned(pod, decision.claims):
+        if await view.confirm_unpinned(pod, decision.claims, attachments=not view.fresh()):
             return None
         metrics.observe_view_fallback()
         return await self._direct_state(pod)
 
-    async def _admitted(self, pod: JsonDict, deadline: float) -> JsonDict | None:
-        """The pod after admission, or None (logged) when refused: as the last dry run of a
-        pod of the same shape admitted it (``colocation_dry_run_reuse_seconds``), else by a dry
-        run of its own, which the checks of the same shape that ask meanwhile wait for."""
+    async def _admitted(
+        self, pod: JsonDict, deadline: float, *, fresh: bool = False
+    ) -> tuple[JsonDict | None, bool]:
+        """The pod after admission, or None (logged) when refused, and whether it came from a
+        model (another pod's dry run, or a created pod: not this pod's own): as the last dry run
+        of a pod of the same shape admitted it (``colocation_dry_run_reuse_seconds``), else (or
+        ``fresh``) by a dry run of its own, which the checks of the same shape that ask
+        meanwhile wait for."""
         reuse = self.colocation_dry_run_reuse_seconds
         if reuse <= 0:
             self._dry_runs_made += 1
-            return await self._admitted_alone(pod, deadline)
+            return await self._admitted_alone(pod, deadline), False
         models = HubWatches.of_running_loop(self.api.api_client).admission
         key = self._colocation_shape_key = shape_key(pod)
+        if fresh:
+            return await self._admitted_anew(models, key, pod, deadline), False
         model = models.model(key, reuse)
         pending = models.pending(key) if model is None else None
         if pending is not None:
@@ -803,7 +818,13 @@ class ColocatingKubeSpawner(KubeSpawner):  # type: ignore[misc]  # KubeSpawner s
         if model is not None:
             models.reused += 1
             metrics.observe_dry_run("reused")
-            return as_admitted(pod, model)
+            return as_admitted(pod, model), True
+        return await self._admitted_anew(models, key, pod, deadline), False
+
+    async def _admitted_anew(
+        self, models: AdmissionModels, key: str, pod: JsonDict, deadline: float
+    ) -> JsonDict | None:
+        """A dry run of ``pod``'s own, kept as its shape's model."""
         future = models.begin(key)
         self._dry_runs_made += 1
         admitted: JsonDict | None = None
@@ -999,13 +1020,13 @@ class ColocatingKubeSpawner(KubeSpawner):  # type: ignore[misc]  # KubeSpawner s
             return self._decided(decision, time.perf_counter() - started, 0.0, 0.0, safe=True)
         confirm = from_view and self._needs_confirmation(view, decision)
         if admit_later and decision.verdict != REFUSE and (confirm or decision.node is not None):
-            rest = self._finish_check(view, pod, state, policy, decision, deadline, confirm)
+            rest = self._finish_check(view, pod, state, policy, decision, deadline, confirm, True)
             self._late_check = _LateCheck(
                 asyncio.ensure_future(rest), time.perf_counter() - started
             )
             return decision
         decision, round_trip, safe = await self._finish_check(
-            view, pod, state, policy, decision, deadline, confirm
+            view, pod, state, policy, decision, deadline, confirm, from_view
         )
         elapsed = time.perf_counter() - started
         return self._decided(decision, elapsed - round_trip, round_trip, round_trip, safe=safe)
@@ -1019,10 +1040,12 @@ class ColocatingKubeSpawner(KubeSpawner):  # type: ignore[misc]  # KubeSpawner s
         decision: Decision,
         deadline: float,
         confirm: bool,
+        from_view: bool,
     ) -> tuple[Decision, float, bool]:
-        """The rest of a check after the decision from memory: its confirmation (``confirm``)
-        and the dry run of a pinned pod, each deciding again; the decision, the dry run's
-        round trip, and whether the safe side was taken."""
+        """The rest of a check after the decision from memory: its confirmation (``confirm``),
+        the dry run of a pinned pod, and a refusal's holders read by name (``from_view``),
+        each deciding again; the decision, the dry run's round trip, and whether the safe side
+        was taken."""
         round_trip = 0.0
         try:
             # (asked first: before Python 3.12 ``wait_for`` costs a trip through the loop's
@@ -1035,15 +1058,48 @@ class ColocatingKubeSpawner(KubeSpawner):  # type: ignore[misc]  # KubeSpawner s
                 if confirmed is not None:
                     state = confirmed
                     decision = decide(pod, state, policy)
-            if decision.node is not None:
-                before = time.perf_counter()
-                admitted = await self._admitted(pod, deadline)
-                round_trip = time.perf_counter() - before
-                if admitted is not None:
-                    decision = decide(admitted, state, policy)
+            decision, round_trip = await self._as_admitted(pod, state, policy, decision, deadline)
+            if decision.verdict == REFUSE and from_view:
+                # Told only on a view as new as the API: its holders, read by name, are still
+                # there; else (deleted a moment ago) the API is read directly and decides.
+                current = await asyncio.wait_for(
+                    view.holders_current(decision.holder_pods),
+                    timeout=max(deadline - time.perf_counter(), 0.01),
+                )
+                if not current:
+                    metrics.observe_view_fallback()
+                    state = await asyncio.wait_for(
+                        self._direct_state(pod), max(deadline - time.perf_counter(), 0.01)
+                    )
+                    decision = decide(pod, state, policy)
+                    decision, more = await self._as_admitted(pod, state, policy, decision, deadline)
+                    round_trip += more
         except Exception as exc:
             return self._safe_side(view, pod, exc), round_trip, True
         return decision, round_trip, False
+
+    async def _as_admitted(
+        self,
+        pod: JsonDict,
+        state: ClusterState,
+        policy: Policy,
+        decision: Decision,
+        deadline: float,
+    ) -> tuple[Decision, float]:
+        """A pinned decision taken again on the pod as admitted, and the dry run's round trip.
+        A model of the pod's shape is never the only ground of a refusal: what admission reads
+        may have changed since (a LimitRange, a RuntimeClass's overhead), so a refusal on it is
+        judged again on the pod's own dry run (docs/decisions.md, "One per shape")."""
+        if decision.node is None:
+            return decision, 0.0
+        before = time.perf_counter()
+        admitted, modelled = await self._admitted(pod, deadline)
+        if admitted is not None:
+            decision = decide(admitted, state, policy)
+        if modelled and decision.verdict == REFUSE:
+            admitted, _ = await self._admitted(pod, deadline, fresh=True)
+            decision = decide(pod if admitted is None else admitted, state, policy)
+        return decision, time.perf_counter() - before
 
     def _safe_side(self, view: ClusterView, pod: JsonDict, exc: Exception) -> Decision:
         why = (
@@ -1517,6 +1573,17 @@ class ColocatingKubeSpawner(KubeSpawner):  # type: ignore[misc]  # KubeSpawner s
             raise self._api_fault_error(exc, *fault, started=started) from exc
         finally:
             self.colocation_move_off = ()  # for one start only
+
+    async def poll(self) -> int | None:
+        """KubeSpawner's poll; with the shared reflector, this server's pod is read by name
+        first while the view's pod watch is quiet or broken (a pod deleted behind the hub's
+        back must not look running until the watch is listed again)."""
+        if self._shares_pod_watch():
+            reflector = await self._start_watching_pods()
+            if isinstance(reflector, SharedPodReflector):
+                await reflector.read_if_quiet(f"{self.namespace}/{self.pod_name}")
+        status: int | None = await super().poll()
+        return status
 
     async def stop(self, now: bool = False) -> None:
         """KubeSpawner's stop; its wait for the pod to be gone reads the pod by name should the

@@ -363,6 +363,10 @@ _POD_LISTS: weakref.WeakKeyDictionary[Any, SharedRequest] = weakref.WeakKeyDicti
 _ATTACHMENT_LISTS: weakref.WeakKeyDictionary[Any, SharedRequest] = weakref.WeakKeyDictionary()
 
 
+async def _nothing() -> set[str]:
+    return set()
+
+
 class ViewNotLive(Exception):
     """The view cannot be trusted now (a watch is broken or not listed yet)."""
 
@@ -477,16 +481,19 @@ class ClusterView:
     # ----------------------------------------------------------------------------------------
     # reads
 
-    async def confirm_unpinned(self, pod: Obj, claims: Iterable[str]) -> bool:
-        """One namespaced LIST of pods (and one of VolumeAttachments, when readable) agrees with
-        the view that nothing holds ``claims`` (exclusive claims of ``pod``) and no attachment
-        pins them; False when it does not, and the view is listed again (its watch missed it)."""
+    async def confirm_unpinned(
+        self, pod: Obj, claims: Iterable[str], *, attachments: bool = True
+    ) -> bool:
+        """One namespaced LIST of pods (and with ``attachments`` one of VolumeAttachments, when
+        readable) agrees with the view that nothing holds ``claims`` (exclusive claims of
+        ``pod``) and no attachment pins them; False when it does not, and the view is listed
+        again (its watch missed it)."""
         wanted = set(claims)
         own_name = (pod.get("metadata") or {}).get("name")
         # shared with the checks that confirm at the same time (a burst): one LIST for all
         listed, volumes = await asyncio.gather(
             self._shared(_POD_LISTS, self.watches, self._list_pods).get(),
-            self._confirm_attachments(wanted),
+            self._confirm_attachments(wanted) if attachments else _nothing(),
         )
         held = [
             p
@@ -507,6 +514,34 @@ class ClusterView:
         if volumes:
             self.attachments.relist()
         return False
+
+    async def holders_current(self, holders: Iterable[Obj]) -> bool:
+        """Whether every pod of ``holders`` (as the view has them) is, read by name now, the
+        same pod (its uid) on the same node and still holding its volumes: a refusal that
+        names them is then told; else the watch had not brought their deletion yet."""
+        known = list(holders)
+        if not known:
+            return False  # nothing to read by name: the caller reads the API directly
+
+        async def current(held: Obj) -> bool:
+            meta = held.get("metadata") or {}
+            try:
+                now = await read_json_or_none(
+                    self.core.read_namespaced_pod, meta.get("name"), meta.get("namespace")
+                )
+            except Exception as exc:
+                if forbidden(exc):  # (a pod of another namespace): the direct reads decide
+                    return False
+                raise
+            return (
+                now is not None
+                and (now.get("metadata") or {}).get("uid") == meta.get("uid")
+                and (now.get("spec") or {}).get("nodeName")
+                == (held.get("spec") or {}).get("nodeName")
+                and holds_volume(now)
+            )
+
+        return all(await asyncio.gather(*(current(p) for p in known)))
 
     async def _confirm_attachments(self, claims: set[str]) -> set[str]:
         """The PVs of ``claims`` (and of their disks) that a VolumeAttachment says are attached."""

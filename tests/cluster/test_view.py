@@ -296,7 +296,9 @@ async def test_pinned_checks_of_one_shape_at_once_share_one_dry_run_and_judge_it
     kube, spawners
 ):
     """Two users' apps of one profile, checked at once: one dry run (the other check waits for
-    it, then takes its admitted fields), and each is judged with the RuntimeClass's overhead."""
+    it, then takes its admitted fields), and each is judged with the RuntimeClass's overhead;
+    the refusal taken on the shared fields is judged again on a dry run of its own (a model is
+    never the only ground of a refusal)."""
     from nebari_colocate.informer import HubWatches
 
     users = ("alice", "bob")
@@ -321,15 +323,15 @@ async def test_pinned_checks_of_one_shape_at_once_share_one_dry_run_and_judge_it
             # as written 0.5 + 0.75 of 2 CPUs fits; with the overhead it does not
             assert outcome.decision.reasons == ["insufficient:cpu"], user
             assert outcome.decision.node == f"node-{user}"
-        assert (admission.made - made, admission.reused - reused) == (1, 1)
-        # A third check of the shape, later, takes the kept fields: no dry run.
+        assert (admission.made - made, admission.reused - reused) == (2, 1)
+        # A third check of the shape, later, takes the kept fields, and confirms the refusal.
         again = spawners.make(
             "alice", "app", cpu_guarantee=0.75, extra_pod_config={"runtimeClassName": name}
         )
         with pytest.raises(ColocationRefused) as refused:
             await spawners.start(again)
         assert refused.value.decision.reasons == ["insufficient:cpu"]
-        assert (admission.made - made, admission.reused - reused) == (1, 2)
+        assert (admission.made - made, admission.reused - reused) == (3, 2)
 
 
 async def test_a_first_servers_created_pod_teaches_its_shape_so_the_next_makes_no_dry_run(
@@ -337,7 +339,8 @@ async def test_a_first_servers_created_pod_teaches_its_shape_so_the_next_makes_n
 ):
     """A user's first server (an RWO home, not pinned, no dry run): the pod kube-apiserver
     stored, with its RuntimeClass's overhead, teaches the profile's shape; the user's app of that
-    profile, pinned next to it, makes no dry run and is still judged with the overhead."""
+    profile, pinned next to it, is judged with the overhead at no dry run, and its refusal is
+    confirmed by one dry run of its own before it is told."""
     from nebari_colocate.informer import HubWatches
 
     await kube.create_node("node-a", cpu="2")
@@ -358,8 +361,8 @@ async def test_a_first_servers_created_pod_teaches_its_shape_so_the_next_makes_n
         decision = refused.value.decision
         # as written 0.75 + 0.75 of 2 CPUs fits; with the overhead (1 CPU each) it does not
         assert (decision.node, decision.reasons) == ("node-a", ["insufficient:cpu"])
-        assert app.colocation_timings["dry_runs_made"] == 0
-        assert (admission.made - made, admission.reused - reused) == (0, 1)
+        assert app.colocation_timings["dry_runs_made"] == 1
+        assert (admission.made - made, admission.reused - reused) == (1, 1)
 
 
 async def test_a_holder_on_a_deleted_node_is_refused_as_node_not_found(kube, spawners):
@@ -547,11 +550,11 @@ async def test_unpinned_checks_at_once_on_a_quiet_view_share_one_confirming_list
     assert view_module._ATTACHMENT_LISTS[view.hub].sent == 1
 
 
-async def test_an_unpinned_check_on_a_fresh_view_never_yields_to_the_event_loop(
+async def test_an_unpinned_check_in_a_spawn_sends_its_confirmation_without_yielding(
     kube, spawners, monkeypatch
 ):
     # In a burst every yield waits behind all the other spawns' work: a check from memory
-    # makes none.
+    # makes none; its confirming LIST is sent and awaited later, in get_pod_manifest.
     from nebari_colocate.informer import NamespaceWatches
     from tests.support import helpers
 
@@ -561,12 +564,17 @@ async def test_an_unpinned_check_on_a_fresh_view_never_yields_to_the_event_loop(
     view = server.colocation_view()
     view.start()
     assert await view.wait_live(10)
-    monkeypatch.setattr(NamespaceWatches, "fresh_seconds", 1e9)  # fresh: nothing to confirm
+    monkeypatch.setattr(NamespaceWatches, "fresh_seconds", 1e9)  # fresh: no attachments LIST
     pod = await manifest_of(server)
     others = []
     asyncio.get_running_loop().call_soon(others.append, "another spawn's step")
 
-    decision = await server.colocation_decide(pod)
+    decision = await server.colocation_decide(pod, admit_later=True)
 
     assert (decision.verdict, decision.node) == ("colocate", None)
     assert others == []
+    late = server._late_check
+    assert late is not None  # the confirmation, sent
+    settled = await server._settle_check(late)
+    server._late_check = None
+    assert (settled.verdict, settled.node) == ("colocate", None)
