@@ -7,6 +7,11 @@ does.
 
 - ``start_hub(**settings)``: starts a ``harness.Hub`` in this test's namespace (``kube``) and stops
   it at the end of the test; its logs are copied to ``test-artifacts/e2e/<jupyterhub>/<test>/``.
+  With ``z2jh_scheduling=True``, or for every hub of a leg run with
+  ``NEBARI_COLOCATE_E2E_Z2JH_SCHEDULING=1`` (scripts/test-e2e sets it for the dsp leg), the hub runs
+  as zero-to-jupyterhub with ``scheduling.podPriority.enabled`` and user placeholders: the chart's
+  PriorityClasses on the control plane, ``priority_class_name`` on the user pods, and
+  ``Z2JH_PLACEHOLDERS`` placeholder pods at -10 sized as the user pods (``tests/support/z2jh.py``).
 - ``browser_page``: a fresh Chromium page (Debian's /usr/bin/chromium, or $NEBARI_COLOCATE_CHROMIUM)
   that may only reach 127.0.0.0/8 and records every JavaScript dialog in ``page.dialogs``; a test
   ends with ``assert not page.dialogs``.
@@ -26,6 +31,7 @@ import jupyterhub
 import pytest
 
 from tests.support.controlplane import tail
+from tests.support.z2jh import DEFAULT_PRIORITY, create_placeholders, ensure_priority_classes
 
 from .harness import Hub
 
@@ -46,6 +52,10 @@ JUPYTERHUB_MAJOR = int(jupyterhub.__version__.split(".")[0])
 #: tests/e2e/nebari needs the nebari package: scripts/test-e2e's nebari leg installs it and sets
 #: NEBARI_COLOCATE_E2E_NEBARI; the other legs do not collect it
 collect_ignore = [] if os.environ.get("NEBARI_COLOCATE_E2E_NEBARI") else ["nebari"]
+#: every hub of this run with zero-to-jupyterhub's podPriority and user placeholders
+Z2JH_SCHEDULING = os.environ.get("NEBARI_COLOCATE_E2E_Z2JH_SCHEDULING", "") == "1"
+#: ``scheduling.userPlaceholder.replicas`` of those hubs
+Z2JH_PLACEHOLDERS = 2
 
 
 def pytest_collection_modifyitems(config, items):
@@ -83,6 +93,14 @@ async def start_hub(kube, tmp_path, request, artifacts):
     request.node._e2e_hubs = hubs
 
     async def start(**settings) -> Hub:
+        if settings.pop("z2jh_scheduling", Z2JH_SCHEDULING):
+            # as the chart renders podPriority and userPlaceholder (placeholders sized as
+            # jupyterhub_config.py sizes the user pods: 0.1 CPU, 128M)
+            await ensure_priority_classes(kube.api_client)
+            await create_placeholders(
+                kube.api_client, kube.namespace, Z2JH_PLACEHOLDERS, cpu="100m", memory="128M"
+            )
+            settings.setdefault("z2jh_pod_priority", DEFAULT_PRIORITY)
         hub = Hub(
             tmp_path / f"hub-{len(hubs)}",
             kubeconfig=kube.kubeconfig,

@@ -68,6 +68,9 @@ ks.cpu_guarantee = 0.1
 ks.mem_guarantee = "128M"
 ks.k8s_api_request_retry_timeout = 15
 ks.port = s["server_port"]
+if s.get("z2jh_pod_priority"):
+    # zero-to-jupyterhub's jupyterhub_config.py with scheduling.podPriority.enabled
+    ks.priority_class_name = s["z2jh_pod_priority"]
 if s.get("profile_list"):
     ks.profile_list = s["profile_list"]
 for name, value in (s.get("spawner") or {}).items():

@@ -19,6 +19,9 @@ copied but the values.
 
 from __future__ import annotations
 
+import asyncio
+import time
+
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
@@ -71,7 +74,10 @@ USER_SCHEDULER_PROFILE = {
 
 
 async def ensure_priority_classes(api) -> None:
-    """The chart's PriorityClasses (cluster-scoped, kept for the session; none is global)."""
+    """The chart's PriorityClasses (cluster-scoped, kept for the session; none is global), once
+    the API server's Priority admission knows them: it reads them from a cache that follows the
+    create, and a pod naming a class a moment after its create is refused ("no PriorityClass
+    with name ... was found", 403) until then."""
     scheduling = client.SchedulingV1Api(api_client_of(api))
     for name, value in PRIORITY_CLASSES.items():
         body = {
@@ -87,6 +93,22 @@ async def ensure_priority_classes(api) -> None:
         except ApiException as e:
             if e.status != 409:
                 raise
+    core = client.CoreV1Api(api_client_of(api))
+    for name in PRIORITY_CLASSES:
+        probe = placeholder(f"priority-probe-{name}", cpu="1m")
+        probe["spec"]["priorityClassName"] = name
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                # a server-side dry run: admitted, nothing stored
+                await core.create_namespaced_pod("default", probe, dry_run="All")
+                break
+            except ApiException as e:
+                if e.status != 403 or "no PriorityClass" not in str(e.body):
+                    raise
+                if time.monotonic() > deadline:
+                    raise
+                await asyncio.sleep(0.1)
 
 
 def placeholder(
