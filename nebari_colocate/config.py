@@ -47,7 +47,8 @@ DEFAULT_WATCH_STALE_SECONDS = 75.0
 #: cluster's watches would be listed again over and over
 MIN_WATCH_STALE_SECONDS = 65.0
 #: seconds since a watch's last event or bookmark within which the live view is *fresh*: an
-#: unpinned decision is then taken from memory alone, else confirmed by one namespaced LIST
+#: unpinned decision's confirming LIST of pods then needs no LIST of VolumeAttachments beside it
+#: (and the way out's wait for the release reads the view alone)
 FRESH_SECONDS = 3.0
 #: ``fail_fast_on_events``: end a spawn its pod's events say cannot succeed
 DEFAULT_FAIL_FAST_ON_EVENTS = True

@@ -392,8 +392,8 @@ class NamespaceWatches:
     forbids the cluster-wide ones, and whether the collections its checks rest on can be trusted
     now.  Get it with :meth:`HubWatches.namespace`."""
 
-    #: seconds since a watch's last event or bookmark within which an unpinned decision is taken
-    #: from memory alone (else confirmed by one namespaced LIST)
+    #: seconds since a watch's last event or bookmark within which the view is fresh
+    #: (:data:`~nebari_colocate.config.FRESH_SECONDS`)
     fresh_seconds: ClassVar[float] = FRESH_SECONDS
 
     def __init__(self, hub: HubWatches, namespace: str) -> None:

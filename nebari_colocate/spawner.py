@@ -253,9 +253,9 @@ class ColocatingKubeSpawner(KubeSpawner):  # type: ignore[misc]  # KubeSpawner s
         load-balancer flow) stays open and silent, and would hide a pod that starts holding a
         user's home; kube-apiserver sends a bookmark on a quiet watch about every 60 s, so
         silence longer than that means the path is gone.  While a watch is untrusted the check
-        reads the API directly.  Independently of this bound, an unpinned decision (no holder
-        known) is confirmed by one namespaced LIST of pods whenever the view had no event in
-        the last few seconds.  Default: 75.  At least 65; less lists quiet watches again and
+        reads the API directly.  Independently of this bound, every unpinned decision (no
+        holder known) is confirmed by one namespaced LIST of pods, and a refusal by reading its
+        holders by name.  Default: 75.  At least 65; less lists quiet watches again and
         again, more leaves a dead watch trusted longer.
         """,
     )
@@ -284,7 +284,9 @@ class ColocatingKubeSpawner(KubeSpawner):  # type: ignore[misc]  # KubeSpawner s
         only after a broken watch.  While a start or a stop waits on its pod and the view's
         watch of the pods is quiet (5 s without an event or a bookmark) or broken, that pod is
         read by name (one GET, every 1 s at first, every 8 s at most), so a watch that goes
-        silent on a dead network path does not hide a starting pod's Running.  Default: True.
+        silent on a dead network path does not hide a starting pod's Running; ``poll()`` reads
+        its server's pod so too while the watch is quiet, so a pod deleted behind the hub's back
+        is seen stopped.  Default: True.
         KubeSpawner's own reflector is used anyway
         when the view's pods may not be listed (RBAC), and when KubeSpawner or a hook reads
         more of a pod than the view keeps (``internal_ssl``, ``services_enabled``,
@@ -304,8 +306,10 @@ class ColocatingKubeSpawner(KubeSpawner):  # type: ignore[misc]  # KubeSpawner s
         and checks that ask at once share the one dry run in flight: a class whose 100 users
         each start an app makes one dry run, not 100.  A webhook that sets resources from the
         pod's user would be judged by another user's pod; the pod is then refused on
-        kube-scheduler's FailedScheduling at once instead of before it is created.  0 or less: a
-        dry run for every pinned pod.  Default: 600.
+        kube-scheduler's FailedScheduling at once instead of before it is created.  A reused
+        dry run never refuses a pod alone: a refusal on it is taken again on a dry run of the
+        pod's own (what admission reads, a LimitRange, a RuntimeClass, may have changed since).
+        0 or less: a dry run for every pinned pod.  Default: 600.
         """,
     )
 
