@@ -12,7 +12,7 @@ import asyncio
 import time
 from datetime import datetime, timezone
 
-from nebari_colocate import fit
+from nebari_colocate import fit, preemption
 from nebari_colocate.events import (
     FRAGMENT_CORDONED,
     FRAGMENT_INSUFFICIENT,
@@ -21,7 +21,7 @@ from nebari_colocate.events import (
     parse_time,
     read_fragment,
 )
-from nebari_colocate.kubeapi import read_json
+from nebari_colocate.kubeapi import read_json, read_json_or_none
 from nebari_colocate.objects import pod_claims
 from nebari_colocate.placement import CLAIM_IN_USE, COLOCATE, REFUSE, Decision
 from nebari_colocate.state import ClusterState
@@ -120,13 +120,28 @@ def _bound_pvs(pod: dict, state: ClusterState) -> list:
 
 
 def fit_nodes(pod: dict, state: ClusterState) -> set[str]:
-    """Nodes of the state where fit.check_fit admits the pod (the whole filter subset)."""
+    """Nodes of the state where fit.check_fit admits the pod (the whole filter subset), the pods
+    nominated there that the scheduler counts included."""
     bound = _bound_pvs(pod, state)
-    return {
-        name
-        for name, node in (state.nodes or {}).items()
-        if fit.check_fit(pod, node, state.pods, bound).fits
-    }
+    priority = preemption.admitted_priority(pod, state.priority_classes).priority
+    admitted = set()
+    for name, node in (state.nodes or {}).items():
+        usage, _ = preemption.node_usage(pod, state, name, priority, "")
+        if fit.check_fit(pod, node, (), bound, usage=usage).fits:
+            admitted.add(name)
+    return admitted
+
+
+#: how the scheduler's FailedScheduling ends when it preempts (kube-scheduler 1.37)
+PREEMPTING = "preemption: found a potential placement for pod on node "
+
+
+def preempting_on(message: str) -> str | None:
+    """The node a FailedScheduling message says the scheduler preempts on, or None."""
+    at = message.find(PREEMPTING)
+    if at < 0:
+        return None
+    return message[at + len(PREEMPTING) :].split(",", 1)[0].strip()
 
 
 def expected_reasons(decision: Decision, pod: dict, state: ClusterState, node: str) -> list[str]:
@@ -139,17 +154,44 @@ def expected_reasons(decision: Decision, pod: dict, state: ClusterState, node: s
     return reasons
 
 
+def _holder_below(decision: Decision, pod: dict, state: ClusterState) -> bool:
+    """claim-in-use, and a pod holding the busy claim has a lower priority than ``pod``."""
+    if CLAIM_IN_USE not in decision.reasons:
+        return False
+    priority = preemption.admitted_priority(pod, state.priority_classes).priority
+    busy = set(decision.busy_claims)
+    return any(
+        preemption.pod_priority(h) < priority
+        for h in decision.holder_pods
+        if busy & set(pod_claims(h))
+    )
+
+
 def judge(
     decision: Decision, pod: dict, state: ClusterState, pin: str | None, said: str, detail: str
 ) -> tuple[bool, str]:
     """(agree, why) for the scheduler's verdict ``said``/``detail`` (see :func:`first_verdict`)
     on ``pod`` created with the affinity of ``decision`` (a refusal: pinned to ``pin``)."""
+    taken = decision.preemption
     if decision.verdict == REFUSE:
         if said != "failed":
             return False, f"we refuse {sorted(decision.reasons)}; scheduler {said} {detail}"
+        preempts = preempting_on(detail)
+        if taken is not None and taken.holders:
+            # refused on purpose: the scheduler would preempt the user's own holder there
+            agree = preempts == pin
+            return agree, f"we refuse (preempting holders {taken.holders}); scheduler: {detail}"
+        if preempts is not None and preempts == pin and _holder_below(decision, pod, state):
+            # claim-in-use: only the holder's eviction frees the claim; the scheduler would
+            # preempt it (the user's own server, at a lower priority): refused on purpose
+            return True, f"we refuse {sorted(decision.reasons)} (a holder of lower priority)"
+        if preempts is not None:
+            return False, f"we refuse {sorted(decision.reasons)}; scheduler preempts: {detail}"
         return judge_refusal(expected_reasons(decision, pod, state, pin), detail)
     if decision.verdict == COLOCATE and decision.node:
-        agree = said == "bound" and detail == decision.node
+        agree = said in ("bound", "nominated") and detail == decision.node
+        if said == "nominated" and taken is None:
+            agree = False
         return agree, f"colocate on {decision.node}; scheduler {said} {detail}"
     # colocate unpinned, skip: anywhere the filter subset admits it
     admitted = fit_nodes(pod, state)
@@ -165,6 +207,61 @@ _NEVER = datetime.min.replace(tzinfo=timezone.utc)
 def _first_seen(event: dict) -> tuple[datetime, int]:
     when = parse_time(event.get("firstTimestamp")) or parse_time(event.get("eventTime"))
     return when or _NEVER, int(event["metadata"].get("resourceVersion", "0"))
+
+
+async def preemption_verdict(
+    api_client, namespace: str, name: str, node: str, victims: list[str], timeout: float
+) -> tuple[str, str]:
+    """For a pod decided to fit ``node`` by preempting ``victims`` (``namespace/name``): ("bound",
+    node) once bound; ("nominated", node) once nominated there with every victim evicted (a
+    victim held by a finalizer never goes); ("failed", message) for a FailedScheduling that does
+    not say it preempts on ``node``; ("timeout", why)."""
+    from kubernetes_asyncio import client
+
+    core = client.CoreV1Api(api_client)
+    selector = f"involvedObject.name={name},reason=FailedScheduling"
+    deadline = time.monotonic() + timeout
+    while True:
+        pod = await read_json(core.read_namespaced_pod, name, namespace)
+        bound = (pod.get("spec") or {}).get("nodeName")
+        if bound:
+            return "bound", bound
+        listing = await read_json(core.list_namespaced_event, namespace, field_selector=selector)
+        for event in sorted(listing["items"], key=_first_seen):
+            message = event.get("message") or ""
+            if preempting_on(message) != node:
+                return "failed", message
+        nominated = (pod.get("status") or {}).get("nominatedNodeName")
+        if nominated == node and not await still_there(api_client, victims):
+            return "nominated", node
+        if time.monotonic() > deadline:
+            return "timeout", f"neither bound nor FailedScheduling after {timeout:.0f} s"
+        await asyncio.sleep(0.1)
+
+
+async def still_there(api_client, victims: list[str]) -> list[str]:
+    """The pods of ``victims`` (``namespace/name``) that exist and were not evicted by the
+    scheduler (no DisruptionTarget condition of reason PreemptionByScheduler)."""
+    from kubernetes_asyncio import client
+
+    core = client.CoreV1Api(api_client)
+    left = []
+    for key in victims:
+        namespace, name = key.split("/", 1)
+        pod = await read_json_or_none(core.read_namespaced_pod, name, namespace)
+        if pod is not None and not preempted_by_scheduler(pod):
+            left.append(key)
+    return left
+
+
+def preempted_by_scheduler(pod: dict) -> bool:
+    """kube-scheduler marked the pod for eviction (preemption's DisruptionTarget condition)."""
+    return any(
+        c.get("type") == "DisruptionTarget"
+        and c.get("status") == "True"
+        and c.get("reason") == "PreemptionByScheduler"
+        for c in (pod.get("status") or {}).get("conditions") or []
+    )
 
 
 async def first_verdict(api_client, namespace: str, name: str, timeout: float) -> tuple[str, str]:

@@ -28,7 +28,8 @@ from nebari_colocate.placement import COLOCATE, REFUSE, SKIP, Decision, Policy, 
 from nebari_colocate.state import ClusterState
 from nebari_colocate.view import ClusterView, DirectReader
 
-from .judge import first_verdict, judge
+from . import priorities
+from .judge import first_verdict, judge, preempted_by_scheduler, preemption_verdict, still_there
 from .scenarios import (
     LABEL_KEY,
     RUNTIME_CLASSES,
@@ -67,6 +68,61 @@ async def ensure_runtime_classes(api_client) -> None:
         except ApiException as exc:
             if exc.status != 409:
                 raise
+
+
+async def ensure_priority_classes(api_client) -> None:
+    from kubernetes_asyncio import client
+    from kubernetes_asyncio.client.exceptions import ApiException
+
+    scheduling = client.SchedulingV1Api(api_client)
+    for body in priorities.class_objects():
+        try:
+            await scheduling.create_priority_class(body)
+        except ApiException as exc:
+            if exc.status != 409:
+                raise
+
+
+async def build_extras(api_client, scenario: Scenario, *, nominate_within: float = 15.0) -> None:
+    """The PDB of the placeholders (its status written as the disruption controller would), and
+    the nominee: created, then waited for until the scheduler nominated it (or bound it)."""
+    from kubernetes_asyncio import client
+
+    extras = scenario.extras
+    if extras is None:
+        return
+    namespace = scenario.namespace
+    if extras.pdb is not None:
+        policy = client.PolicyV1Api(api_client)
+        await policy.create_namespaced_pod_disruption_budget(namespace, extras.pdb)
+        status = {
+            "status": {
+                "disruptionsAllowed": extras.disruptions_allowed,
+                "currentHealthy": 0,
+                "desiredHealthy": 0,
+                "expectedPods": 0,
+            }
+        }
+        await policy.patch_namespaced_pod_disruption_budget_status(
+            extras.pdb["metadata"]["name"], namespace, status
+        )
+    if extras.nominee is not None:
+        core = client.CoreV1Api(api_client)
+        await core.create_namespaced_pod(namespace, extras.nominee)
+        # nominated (or bound), and its victim marked: what is read next is settled
+        deadline = time.monotonic() + nominate_within
+        while time.monotonic() < deadline:
+            pod = await read_json(core.read_namespaced_pod, priorities.NOMINEE, namespace)
+            victim = await read_json(core.read_namespaced_pod, priorities.NOMINEE_VICTIM, namespace)
+            if pod["spec"].get("nodeName") or (
+                (pod.get("status") or {}).get("nominatedNodeName")
+                and victim["metadata"].get("deletionTimestamp")
+            ):
+                return
+            await asyncio.sleep(0.1)
+        # not nominated (it fits nowhere even by preemption): gone, so that no later retry of
+        # it preempts while the scenario's pod is judged
+        await core.delete_namespaced_pod(priorities.NOMINEE, namespace, grace_period_seconds=0)
 
 
 async def build(api_client, scenario: Scenario) -> None:
@@ -108,15 +164,18 @@ async def build(api_client, scenario: Scenario) -> None:
         meta = pod.manifest["metadata"]
         ns, name = meta["namespace"], meta["name"]
         body = json.loads(json.dumps(pod.manifest))
+        started = body.pop("status", {}).get("startTime")
         if pod.terminating:
             body["metadata"]["finalizers"] = [FINALIZER]
         await core.create_namespaced_pod(ns, body)
-        if pod.phase != "Pending":
-            await core.patch_namespaced_pod_status(name, ns, {"status": {"phase": pod.phase}})
+        status = {"phase": pod.phase, **({"startTime": started} if started else {})}
+        if pod.phase != "Pending" or started:
+            await core.patch_namespaced_pod_status(name, ns, {"status": status})
         if pod.terminating:
             await core.delete_namespaced_pod(name, ns, grace_period_seconds=0)
 
     await asyncio.gather(*(existing(p) for p in scenario.pods))
+    await build_extras(api_client, scenario)
 
 
 async def read_objects(api_client, scenario: Scenario) -> list[dict]:
@@ -125,6 +184,7 @@ async def read_objects(api_client, scenario: Scenario) -> list[dict]:
     from kubernetes_asyncio import client
 
     core, storage = client.CoreV1Api(api_client), client.StorageV1Api(api_client)
+    scheduling, policy = client.SchedulingV1Api(api_client), client.PolicyV1Api(api_client)
     selector = f"{SCENARIO_LABEL}={scenario.namespace}"
     pv_selector = f"{helpers.LABEL_NAMESPACE}={scenario.namespace}"
     listings = await asyncio.gather(
@@ -136,6 +196,8 @@ async def read_objects(api_client, scenario: Scenario) -> list[dict]:
         read_json(core.list_namespaced_persistent_volume_claim, scenario.namespace),
         read_json(core.list_persistent_volume, label_selector=pv_selector),
         read_json(storage.list_volume_attachment, label_selector=pv_selector),
+        read_json(scheduling.list_priority_class),
+        read_json(policy.list_namespaced_pod_disruption_budget, scenario.namespace),
     )
     # A list's items carry neither kind nor apiVersion: flatten_objects names the kind after the
     # list's (PodList: Pod), as for a `kubectl get -o yaml` dump; the apiVersion is the list's.
@@ -180,11 +242,21 @@ class Outcome:
     loader_mismatch: str = ""
     objects: list = field(default_factory=list, repr=False)
     pod: dict = field(default_factory=dict, repr=False)
+    #: what the scenario's priorities hold: "placeholders", "nominated" or "" (none)
+    priorities: str = ""
     decision: Decision | None = field(default=None, repr=False)
 
 
 def _outcome_fields(decision: Decision) -> tuple:
-    return decision.verdict, decision.node, sorted(decision.reasons), decision.holders
+    victims = decision.preemption.victim_keys if decision.preemption else None
+    return (
+        decision.verdict,
+        decision.node,
+        sorted(decision.reasons),
+        sorted(decision.warnings),
+        decision.holders,
+        victims,
+    )
 
 
 def _not_older(held: str | None, read: str) -> bool:
@@ -207,6 +279,8 @@ async def _caught_up(view: ClusterView, objects: list[dict], timeout: float = 30
         "PersistentVolume": lambda: view.pvs,
         "VolumeAttachment": lambda: view.attachments,
         "Node": lambda: view.nodes,
+        "PriorityClass": lambda: view.hub.priority_classes,
+        "PodDisruptionBudget": lambda: view.hub.pdbs,
     }
     deadline = time.monotonic() + timeout
     while True:
@@ -218,7 +292,8 @@ async def _caught_up(view: ClusterView, objects: list[dict], timeout: float = 30
             version = None if held is None else held["metadata"].get("resourceVersion")
             if not _not_older(version, meta["resourceVersion"]):
                 behind.append(f"{obj['kind']} {key}")
-        if not behind and view.live:
+        optional = (view.hub.priority_classes.live, view.hub.pdbs.live)
+        if not behind and view.live and all(optional):
             return
         if time.monotonic() > deadline:
             raise TimeoutError(f"the live view did not catch up in {timeout} s: {behind[:5]}")
@@ -263,8 +338,17 @@ async def run_scenario(api_client, scenario: Scenario, *, timeout: float, settle
     from kubernetes_asyncio import client
 
     await client.CoreV1Api(api_client).create_namespaced_pod(namespace, manifest)
-    said, detail = await first_verdict(api_client, namespace, pod["metadata"]["name"], timeout)
+    name = pod["metadata"]["name"]
+    taken = decision.preemption
+    if decision.verdict == COLOCATE and taken is not None:
+        said, detail = await preemption_verdict(
+            api_client, namespace, name, pin or "", taken.victim_keys, timeout
+        )
+    else:
+        said, detail = await first_verdict(api_client, namespace, name, timeout)
     agree, why = judge(decision, pod, state, pin, said, detail)
+    if agree and decision.verdict == COLOCATE and taken is not None:
+        agree, why = await _same_victims(api_client, objects, taken.victim_keys, name, why)
     return Outcome(
         scenario.index,
         agree,
@@ -277,7 +361,34 @@ async def run_scenario(api_client, scenario: Scenario, *, timeout: float, settle
         objects=objects,
         pod=pod,
         decision=decision,
+        priorities=_priorities_kind(scenario),
     )
+
+
+def _priorities_kind(scenario: Scenario) -> str:
+    if scenario.extras is None:
+        return ""
+    return "nominated" if scenario.extras.nominee is not None else "placeholders"
+
+
+async def _same_victims(
+    api_client, objects: list[dict], victims: list[str], new_pod: str, why: str
+) -> tuple[bool, str]:
+    """The scheduler evicted exactly ``victims`` of the pods read before the pod was created
+    (a pod it had marked before, for an earlier preemption, is not told apart)."""
+    before = [o for o in objects if o["kind"] == "Pod" and o["metadata"]["name"] != new_pod]
+    marked = {_key(o) for o in before if preempted_by_scheduler(o)}
+    keys = [_key(o) for o in before if _key(o) not in marked]
+    left = set(await still_there(api_client, keys))
+    evicted = sorted(k for k in keys if k not in left)
+    expected = sorted(k for k in victims if k not in marked)
+    if evicted != expected:
+        return False, f"{why}; scheduler evicted {evicted}, we predicted {expected}"
+    return True, f"{why}; evicted {evicted}"
+
+
+def _key(obj: dict) -> str:
+    return f"{obj['metadata']['namespace']}/{obj['metadata']['name']}"
 
 
 # --------------------------------------------------------------------------------------------------
@@ -346,6 +457,7 @@ async def run_agreement(
 ) -> Result:
     """Run ``count`` scenarios of ``seed`` against the control plane behind ``api_client``."""
     await ensure_runtime_classes(api_client)
+    await ensure_priority_classes(api_client)
     token = secrets.token_hex(2)
     gate = asyncio.Semaphore(concurrency)
     outcomes: list[Outcome] = []
@@ -398,7 +510,21 @@ def summary(result: Result) -> list[str]:
         r for o in result.outcomes if o.decision is not None for r in o.decision.reasons
     )
     loader = sum(1 for o in result.outcomes if o.loader_mismatch)
+    kinds_of = Counter(o.priorities for o in result.outcomes if o.priorities)
+    decided = [o.decision for o in result.outcomes if o.decision is not None]
+    preempting = [d for d in decided if d.verdict == COLOCATE and d.preemption]
+    refused_holders = sum(1 for d in decided if d.preemption and d.preemption.holders)
+    never = sum(
+        1
+        for o in result.outcomes
+        if str(o.pod.get("spec", {}).get("priorityClassName", "")).endswith("never")
+    )
     return [
+        "priorities: "
+        + ", ".join(f"{k} {v}" for k, v in sorted(kinds_of.items()))
+        + f"; preemptionPolicy Never {never}; colocate by preemption {len(preempting)}"
+        + f" (victims {sum(len(d.preemption.victims) for d in preempting if d.preemption)})"
+        + f"; refused as it would preempt a holder {refused_holders}",
         "verdicts: " + ", ".join(f"{k} {v}" for k, v in sorted(kinds.items())),
         "refusal reasons: " + ", ".join(f"{k} {v}" for k, v in sorted(reasons.items())),
         f"the live view or direct reads decided differently from the full state: {loader}",

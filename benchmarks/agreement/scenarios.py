@@ -22,6 +22,8 @@ from nebari_colocate.objects import (
 from tests.support.builders import KUBE_IMAGE, container
 from tests.support.builders import pod as build_pod
 
+from . import priorities
+
 LABEL_KEY = DEFAULT_LABEL_KEY
 USER = "alice"
 SCENARIO_LABEL = "agreement.nebari.dev/scenario"
@@ -103,6 +105,10 @@ class Scenario:
     pods: list
     attachments: list  # (claim name, node name, attached)
     new_pod: dict
+    #: the node the user's servers sit on
+    target: NodeSpec | None = None
+    #: priorities, placeholders and a nominated pod (``priorities.Extras``), or None
+    extras: priorities.Extras | None = None
 
 
 def _node_labels(rng: random.Random, name: str, scenario: str) -> dict:
@@ -494,7 +500,9 @@ def generate(seed: int, index: int, token: str) -> Scenario:
     new_pod = _new_pod(rng, namespace, claims, target, names)
     if rng.random() < 0.3:
         _tighten(rng, target, pods, new_pod)
-    return Scenario(index, namespace, others, nodes, claims, pods, attachments, new_pod)
+    scenario = Scenario(index, namespace, others, nodes, claims, pods, attachments, new_pod, target)
+    scenario.extras = priorities.add(scenario, seed, index, _pod, PodSpec)
+    return scenario
 
 
 def _tighten(rng: random.Random, target: NodeSpec, pods: list, new_pod: dict) -> None:

@@ -101,3 +101,59 @@ def test_the_histogram_counts_nodes_per_fragment_and_a_prefilter_message_has_non
 )
 def test_each_reason_code_belongs_to_the_filter_plugin_that_reports_it(code, plugin):
     assert plugin_of(code) == plugin
+
+
+# --------------------------------------------------------------------------------------------------
+# preemption (kube-scheduler 1.37's message when it preempts)
+
+PREEMPTS = (
+    "0/3 nodes are available: 1 Insufficient cpu, 2 node(s) didn't satisfy plugin(s) "
+    "[NodeAffinity]. preemption: found a potential placement for pod on node cpu-1, "
+    "preempting 1 victims"
+)
+
+
+def test_the_node_the_scheduler_preempts_on_is_read_from_its_message():
+    from benchmarks.agreement.judge import preempting_on
+
+    assert preempting_on(PREEMPTS) == "cpu-1"
+    assert preempting_on(failed("1 Insufficient cpu", PINNED)) is None
+
+
+def _decided(new_pod, *objects):
+    from nebari_colocate.placement import Policy, decide
+    from tests.unit.test_preemption import state
+
+    snapshot = state(*objects)
+    return decide(new_pod, snapshot, Policy()), snapshot
+
+
+@pytest.mark.parametrize(
+    "test_variation_id, placeholder_priority, lab_priority, said, detail, expect_agree",
+    [
+        ("preempting-colocate-bound-there", -10, 0, "bound", "cpu-1", True),
+        ("preempting-colocate-nominated-there", -10, 0, "nominated", "cpu-1", True),
+        ("preempting-colocate-but-failed", -10, 0, "failed", PREEMPTS.split(". pre")[0], False),
+        ("refused-but-the-scheduler-preempts", 0, 0, "failed", PREEMPTS, False),
+        ("refused-as-the-scheduler-would-preempt-the-holder", 0, -10, "failed", PREEMPTS, True),
+    ],
+)
+def test_preemption_verdicts_are_judged_against_the_decision(
+    test_variation_id, placeholder_priority, lab_priority, said, detail, expect_agree
+):
+    from benchmarks.agreement.judge import judge
+    from tests.unit.test_preemption import app, lab, node, other
+
+    holder_in_the_way = lab_priority < 0  # the lab fills the node; the other pod is small
+    lab_cpu, other_cpu = ("3", "1") if holder_in_the_way else ("1", "2500m")
+    decision, snapshot = _decided(
+        app(),
+        node("cpu-1"),
+        lab(priority=lab_priority, cpu=lab_cpu),
+        other("p", placeholder_priority, other_cpu),
+    )
+    assert (decision.preemption is not None and bool(decision.preemption.holders)) is (
+        holder_in_the_way
+    )
+    agree, why = judge(decision, app(), snapshot, "cpu-1", said, detail)
+    assert agree is expect_agree, why
