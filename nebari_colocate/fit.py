@@ -21,16 +21,7 @@ from . import quantity
 from .objects import JsonDict, Obj, is_terminal, meta, spec
 
 # --------------------------------------------------------------------------------------------------
-# quantities (nebari_colocate.quantity: the API's grammar and bounds, in bounded time)
-
-#: the exact value of a quantity in whole units; QuantityError (a ValueError) names a bad one
-parse_quantity = quantity.parse
-#: the integer the scheduler compares: milli-units for cpu, else whole units rounded up
-scheduler_units = quantity.scheduler_units
-
-
-def _units(resource: str, nanos: int) -> int:
-    return quantity.units(resource, nanos)
+# quantities are nebari_colocate.quantity's (the API's grammar and bounds, in bounded time)
 
 
 def format_units(resource: str, units: int) -> str:
@@ -110,7 +101,7 @@ def pod_requests(pod: Obj) -> dict[str, int]:
             total[name] = quantity.parse_nanos(value)
     for name, value in (pod_spec.get("overhead") or {}).items():
         total[name] = total.get(name, 0) + quantity.parse_nanos(value)
-    return {name: _units(name, value) for name, value in total.items()}
+    return {name: quantity.units(name, value) for name, value in total.items()}
 
 
 def requests_any(pod: Obj, resources: Iterable[str]) -> bool:
@@ -125,7 +116,7 @@ def offered(node: Obj, resources: Iterable[str]) -> dict[str, int]:
     found = {}
     for resource in resources:
         if resource in allocatable:
-            units = scheduler_units(resource, allocatable[resource])
+            units = quantity.scheduler_units(resource, allocatable[resource])
             if units > 0:
                 found[resource] = units
     return found
@@ -426,7 +417,7 @@ def check_fit(
 
     name = meta(node).get("name", "")
     allocatable_raw = (node.get("status") or {}).get("allocatable") or {}
-    allocatable = {k: scheduler_units(k, v) for k, v in allocatable_raw.items()}
+    allocatable = {k: quantity.scheduler_units(k, v) for k, v in allocatable_raw.items()}
     if usage is None:
         usage = node_usage(name, node_pods, exclude=exclude, requests_of=requests_of)
     used, count = usage

@@ -106,11 +106,6 @@ def own_servers(decision: Decision, username: str, user_label: str | None = None
     return holder_facts(decision, username, user_label).servers
 
 
-def own_other_pods(decision: Decision, username: str, user_label: str | None = None) -> list[str]:
-    """Names of the holders that are ``username``'s own pods but not servers (sorted)."""
-    return holder_facts(decision, username, user_label).pods
-
-
 def _join(items: list[str]) -> str:
     if len(items) <= 1:
         return "".join(items)

@@ -217,10 +217,6 @@ class LeaseLost(MigrateError):
     """Another run took this home's lease over: this run must write nothing more."""
 
 
-class Interrupted(Exception):
-    """Raised by a test hook at a checkpoint (stands for the process being killed)."""
-
-
 # --------------------------------------------------------------------------------------------------
 # reading objects (pure)
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 
-from . import fit, messages
+from . import fit, messages, quantity
 from .objects import (
     COMPONENT_LABEL,
     RWX,
@@ -138,7 +138,7 @@ def node_headroom(node: Obj, pods: Iterable[Obj]) -> dict[str, dict[str, int]]:
     left out (kubelets report ``hugepages-*: 0``)."""
     name = meta(node).get("name", "")
     allocatable_raw = (node.get("status") or {}).get("allocatable") or {}
-    allocatable = {k: fit.scheduler_units(k, v) for k, v in allocatable_raw.items()}
+    allocatable = {k: quantity.scheduler_units(k, v) for k, v in allocatable_raw.items()}
     used, count = fit.node_usage(name, pods)
     used = {**used, "pods": count}
     rows = {}

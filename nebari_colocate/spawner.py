@@ -434,7 +434,6 @@ class ColocatingKubeSpawner(KubeSpawner):  # type: ignore[misc]  # KubeSpawner s
         self._colocation_shape_key: str | None = None
         self._colocation_release_task: asyncio.Future[None] | None = None
         self._colocation_decision: Decision | None = None
-        self._event_verdict: EventVerdict | None = None
         self._requests_premium = False
         self._held_refusal: ColocationRefused | None = None
         self._api_fault_sweep: asyncio.Future[None] | None = None
@@ -536,7 +535,7 @@ class ColocatingKubeSpawner(KubeSpawner):  # type: ignore[misc]  # KubeSpawner s
                 return
             while time.monotonic() < deadline:
                 reflector = self.pod_reflector
-                view = ClusterView.shared(self.api.api_client, self.namespace)
+                view = self.colocation_view()
                 seen = not view.live or view.has_pod(self.namespace, self.pod_name)
                 if reflector is not None and key in reflector.pods and seen:
                     if lesson is not None:
@@ -1235,7 +1234,7 @@ class ColocatingKubeSpawner(KubeSpawner):  # type: ignore[misc]  # KubeSpawner s
     def home_pods(self, claims: list[str]) -> list[JsonDict]:
         """The pods using ``claims`` in this namespace: from the live view when it is live, else
         the pod reflector's server pods."""
-        view = ClusterView.shared(self.api.api_client, self.namespace)
+        view = self.colocation_view()
         if view.live:
             found = {
                 (p.get("metadata") or {}).get("name"): p
@@ -1250,7 +1249,7 @@ class ColocatingKubeSpawner(KubeSpawner):  # type: ignore[misc]  # KubeSpawner s
         """The nodes the volumes of ``claims`` are attached to (VolumeAttachments with
         ``status.attached``), from the live view; None when it cannot tell (not live, or no
         permission to read VolumeAttachments)."""
-        view = ClusterView.shared(self.api.api_client, self.namespace)
+        view = self.colocation_view()
         if not view.live or view.attachments.forbidden:
             return None
         nodes: set[str] = set()
@@ -1262,7 +1261,7 @@ class ColocatingKubeSpawner(KubeSpawner):  # type: ignore[misc]  # KubeSpawner s
         return nodes
 
     def _live_view(self) -> ClusterView | None:
-        view = ClusterView.shared(self.api.api_client, self.namespace)
+        view = self.colocation_view()
         view.start()  # a hub that has not spawned since it started: the watches begin here
         return view if view.live else None
 
@@ -1301,7 +1300,7 @@ class ColocatingKubeSpawner(KubeSpawner):  # type: ignore[misc]  # KubeSpawner s
     def exclusive_claims_of(self, servers: Sequence[str]) -> list[str]:
         """The exclusive claims (by the live view's claims; a claim not known counts by
         ``storage_access_mode``) that this user's running ``servers`` mount."""
-        view = ClusterView.shared(self.api.api_client, self.namespace)
+        view = self.colocation_view()
         wanted = set(servers)
         claims: set[str] = set()
         for pod in view.pods.items.values():
@@ -1640,7 +1639,6 @@ class ColocatingKubeSpawner(KubeSpawner):  # type: ignore[misc]  # KubeSpawner s
         )
 
     async def _start_failing_fast(self) -> Any:
-        self._event_verdict = None
         # The decision belongs to one spawn: a previous spawn's, with the events of the previous
         # pod of this name (KubeSpawner's ``events`` shows them all until ``_start`` sets its
         # marker), would end the new spawn at once with a stale verdict, before its own check.
@@ -1663,7 +1661,6 @@ class ColocatingKubeSpawner(KubeSpawner):  # type: ignore[misc]  # KubeSpawner s
     async def _end_hopeless_spawn(
         self, start_future: asyncio.Future[Any], verdict: EventVerdict
     ) -> NoReturn:
-        self._event_verdict = verdict
         start_future.cancel()
         with contextlib.suppress(BaseException):
             await start_future

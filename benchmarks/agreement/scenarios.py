@@ -10,7 +10,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from nebari_colocate import fit
+from nebari_colocate import fit, quantity
 from nebari_colocate.config import DEFAULT_LABEL_KEY
 from nebari_colocate.objects import (
     COMPONENT_LABEL,
@@ -179,7 +179,7 @@ def _resources(rng: random.Random, *, small: bool = False, gpu: float = 0.0) -> 
                 amount if shape == "limits" else rng.choice([c for c in choices if c >= amount])
             )
             limits[resource] = render(rng, bigger)
-            if resource in requests and fit.parse_quantity(limits[resource]) < fit.parse_quantity(
+            if resource in requests and quantity.parse(limits[resource]) < quantity.parse(
                 requests[resource]
             ):
                 limits[resource] = requests[resource]  # a rounded spelling came out smaller
@@ -216,7 +216,7 @@ def _pod_level(rng: random.Random, spec: dict) -> dict:
                 out.setdefault("requests", {})[resource] = _units(resource, request)
         if rng.random() < 0.5 or request is None:
             limits = [
-                fit.scheduler_units(resource, c["resources"]["limits"][resource])
+                quantity.scheduler_units(resource, c["resources"]["limits"][resource])
                 for c in spec["containers"]
                 if resource in (c.get("resources") or {}).get("limits", {})
             ]

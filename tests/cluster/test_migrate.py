@@ -581,6 +581,10 @@ asyncio.run(main(*sys.argv[1:]))
 """
 
 
+class Interrupted(Exception):
+    """Raised by a checkpoint callback of a test (stands for the process being killed)."""
+
+
 async def assert_safe_while_interrupted(deployment, reached: str):
     """What holds at every interruption: the data's volume is retained; from the mark on, the
     user's claim (when it exists) refuses spawns."""
@@ -635,9 +639,9 @@ async def test_a_move_interrupted_by_an_error_at_every_step_in_turn_resumes_each
         def interrupt(_claim, name, checkpoint=checkpoint, reached=reached):
             reached.append(name)
             if name == checkpoint:
-                raise migrate.Interrupted(name)
+                raise Interrupted(name)
 
-        with pytest.raises(migrate.Interrupted):
+        with pytest.raises(Interrupted):
             await mover(kube, checkpoint=interrupt).apply("claim-alice")
         await assert_safe_while_interrupted(deployment, checkpoint)
     result = await mover(kube).apply("claim-alice")
@@ -782,9 +786,9 @@ async def test_rollback_of_an_unfinished_move_puts_the_home_back_as_it_was(
 
     def stop(claim, name):
         if name == checkpoint:
-            raise migrate.Interrupted(name)
+            raise Interrupted(name)
 
-    with pytest.raises(migrate.Interrupted):
+    with pytest.raises(Interrupted):
         await mover(kube, checkpoint=stop).apply("claim-alice")
     status, out, _ = await run_cli(capsys, *cli_args(kube, "rollback", "alice"))
     assert status == 0, out
@@ -901,9 +905,9 @@ async def test_a_claim_recreated_by_a_spawn_mid_swap_stops_the_move_and_keeps_bo
 
     def stop_there(claim, name):
         if name == "old-deleted":
-            raise migrate.Interrupted(name)
+            raise Interrupted(name)
 
-    with pytest.raises(migrate.Interrupted):
+    with pytest.raises(Interrupted):
         await mover(kube, checkpoint=stop_there).apply("claim-alice")
     await create_volume(kube, f"{kube.namespace}-alice-empty", ("ReadWriteMany",), RWX_CLASS)
     await kube.core.create_namespaced_persistent_volume_claim(
@@ -1190,9 +1194,9 @@ async def test_another_class_after_the_copy_is_verified_is_refused_naming_both(d
 
     def stop(_claim, name):
         if name == "copied":
-            raise migrate.Interrupted(name)
+            raise Interrupted(name)
 
-    with pytest.raises(migrate.Interrupted):
+    with pytest.raises(Interrupted):
         await mover(kube, checkpoint=stop).apply("claim-alice")
     status, out, err = await run_cli(
         capsys, *cli_args(kube, "apply", "alice", "--storage-class", UNPROVISIONED_CLASS)

@@ -11,7 +11,7 @@ from decimal import Decimal
 
 import pytest
 
-from nebari_colocate import fit
+from nebari_colocate import fit, quantity
 from tests.support.builders import (
     container,
     expr,
@@ -65,7 +65,7 @@ MiB = 2**20
     ],
 )
 def test_quantity_is_parsed_exactly(test_variation_id, value, expect):
-    assert fit.parse_quantity(value) == expect
+    assert quantity.parse(value) == expect
 
 
 @pytest.mark.parametrize(
@@ -88,7 +88,7 @@ def test_quantity_is_parsed_exactly(test_variation_id, value, expect):
 )
 def test_invalid_quantity_raises_value_error_naming_it(test_variation_id, value):
     with pytest.raises(ValueError, match="invalid quantity"):
-        fit.parse_quantity(value)
+        quantity.parse(value)
 
 
 @pytest.mark.parametrize(
@@ -105,7 +105,7 @@ def test_invalid_quantity_raises_value_error_naming_it(test_variation_id, value)
 def test_scheduler_compares_millicpu_and_whole_units_rounded_up(
     test_variation_id, resource, value, expect
 ):
-    assert fit.scheduler_units(resource, value) == expect
+    assert quantity.scheduler_units(resource, value) == expect
 
 
 # --------------------------------------------------------------------------------------------------
