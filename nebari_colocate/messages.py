@@ -1147,8 +1147,8 @@ MIGRATE_OUTCOMES = {
     "nothing-to-roll-back": "nothing to roll back: no move of {claim} is recorded",
     "would-move": "would move: {plan}",
     "held": "not done: another run holds this home's move ({holder}, since {since}, lease "
-    "{lease} renewed {renewed}); wait for it to end (a lease not renewed for {lease_seconds} s, "
-    "or whose process on this host has ended, is taken over by the next run)",
+    "{lease} renewed {renewed}); wait for it to end (a lease seen unchanged for {lease_seconds} s "
+    "is taken over by the next run)",
 }
 
 #: why a storage class cannot hold ReadWriteMany homes (``migrate.CLASS_PROBLEMS``)
@@ -1166,10 +1166,10 @@ def storage_class_problem(code: str, name: str, provisioner: str = "") -> str:
     return template.format(name=name, provisioner=provisioner, code=code)
 
 
-#: how a stale lease was found when a run took it over (``migrate.lease_state``)
+#: how a stale lease was found when a run took it over (``lease.LeaseObserver``)
 LEASE_TAKEN_OVER = {
-    "gone": "its process on this host has ended",
-    "stale": "not renewed for {lease_seconds} s",
+    "stale": "its lease stayed unchanged for {unchanged_seconds} s while this run watched it "
+    "(its duration: {lease_seconds} s)",
 }
 
 

@@ -57,6 +57,7 @@ from .kubeapi import (
     read_json,
     read_json_or_none,
 )
+from .lease import HELD, STALE, LeaseObserver, duration_of
 from .objects import (
     MIGRATION_ANNOTATION,
     MIGRATION_SINCE_ANNOTATION,
@@ -166,13 +167,14 @@ CHECKPOINTS = (
 COPY_PHASE = (None, FAILED, RETAINED, COPYING)
 SWAP_PHASE = (COPIED, SWAPPING)
 
-#: a holder renews its lease at every step and at least every third of this while it waits; a
-#: lease not renewed for this long, or whose process on this host has ended, may be taken over
+#: a holder renews its lease before every step and every third of this in between; a lease
+#: seen unchanged for this long by another run (its own clock) may be taken over
+#: (:mod:`nebari_colocate.lease`)
 LEASE_SECONDS = 60
-HOST_KEY = "nebari.dev/migrate-host"  # on the lease: the holder's host name and process id
+#: on the lease, for a person who reads it: the holder's host name and process id (no identity:
+#: a container may carry its host's name)
+HOST_KEY = "nebari.dev/migrate-host"
 PID_KEY = "nebari.dev/migrate-pid"
-#: what a lease is to the one who finds it (``lease_state``)
-HELD, STALE, GONE = "held", "stale", "gone"
 
 #: CSI drivers and in-tree plugins that offer no ReadWriteMany filesystem volumes
 RWO_ONLY_PROVISIONERS = frozenset(
@@ -304,24 +306,6 @@ def parse_time(text: str | None) -> datetime | None:
     return found if found.tzinfo else found.replace(tzinfo=timezone.utc)
 
 
-def lease_state(lease: Obj, now: datetime, host: str, alive: Callable[[int], bool]) -> str:
-    """What a home's lease found by another run is: HELD (its holder may still be moving the
-    home), GONE (its holder was a process on this host that has ended) or STALE (released, or
-    not renewed for its duration).  ``alive(pid)`` tells whether a process of this host runs."""
-    spec = _spec(lease)
-    if not spec.get("holderIdentity"):
-        return STALE
-    annotations = _annotations(lease)
-    pid = str(annotations.get(PID_KEY) or "")
-    if annotations.get(HOST_KEY) == host and pid.isdigit() and not alive(int(pid)):
-        return GONE
-    renewed = parse_time(spec.get("renewTime") or spec.get("acquireTime"))
-    seconds = spec.get("leaseDurationSeconds") or LEASE_SECONDS
-    if renewed is None or (now - renewed).total_seconds() > seconds:
-        return STALE
-    return HELD
-
-
 def lease_facts(lease: Obj) -> JsonDict:
     """Who holds a home's lease and since when (fields of the ``held`` outcome)."""
     spec = _spec(lease)
@@ -332,20 +316,6 @@ def lease_facts(lease: Obj) -> JsonDict:
         "lease": _meta(lease).get("name"),
         "lease_seconds": spec.get("leaseDurationSeconds"),
     }
-
-
-def pid_alive(pid: int) -> bool:
-    """Whether process ``pid`` of this host runs (a zombie has ended)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    with contextlib.suppress(OSError, IndexError):
-        stat = Path(f"/proc/{pid}/stat").read_text()
-        return stat.rsplit(")", 1)[1].split()[0] != "Z"
-    return True
 
 
 def _who() -> str:
@@ -644,18 +614,32 @@ _HELD: contextvars.ContextVar[MoveLease | None] = contextvars.ContextVar("held",
 
 class MoveLease:
     """This run's hold on one home: a ``coordination.k8s.io`` Lease named like the temporary
-    claim.  Created (or taken over, with a resourceVersion precondition) before the first write,
-    renewed with a resourceVersion precondition before every step, deleted at the end.  A renewal
-    that finds the lease changed means another run took it over: this one stops at once."""
+    claim.  Created, or taken over (with a resourceVersion precondition) once another run's
+    record has stayed unchanged for its duration by this run's clock (:mod:`.lease`), before
+    the first write; renewed with a resourceVersion precondition before every step and, while
+    held, every third of its duration (:meth:`renewing`), deleted at the end.  A renewal that
+    finds the lease changed means another run took it over: this one stops at once."""
 
-    def __init__(self, api: Any, namespace: str, claim: str, seconds: int) -> None:
+    def __init__(
+        self,
+        api: Any,
+        namespace: str,
+        claim: str,
+        seconds: int,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.api, self.namespace, self.claim = api, namespace, claim
         self.name = temporary_name(claim)
         self.seconds = int(seconds)
         self.identity = f"{_who()} {secrets.token_hex(3)}"
         self.body: JsonDict | None = None
         self.took_over: JsonDict | None = None
+        self._clock = clock
         self._renewed = 0.0
+        self._writing = asyncio.Lock()
+        #: set when a renewal found the lease taken over (the next step raises it)
+        self.lost: LeaseLost | None = None
 
     def _fresh(self, resource_version: str | None = None) -> JsonDict:
         now = _micro_now()
@@ -686,21 +670,29 @@ class MoveLease:
         return await read_json_or_none(self.api.read_namespaced_lease, self.name, self.namespace)
 
     async def acquire(self) -> JsonDict | None:
-        """None when this run holds the lease now; else who holds it (``lease_facts``)."""
+        """None when this run holds the lease now; else who holds it (``lease_facts``).
+
+        A lease held by another run is read again (every ``min(2 s, duration / 10)``) until its
+        record changes (its holder lives: it is held) or has stayed the same for its whole
+        duration by this run's clock (it is taken over)."""
+        observer = LeaseObserver(self._clock)
         found: JsonDict | None = None
-        for _ in range(3):  # each miss is another run's write in between: read again
+        writes = 0
+        while writes < 3:  # each miss is another run's write in between: read again
             found = await self.read()
+            state = STALE if found is None else observer.judge(found)
+            if found is not None and state == HELD:
+                if observer.renewed:
+                    return lease_facts(found)
+                await asyncio.sleep(min(2.0, duration_of(found) / 10))
+                continue
+            writes += 1
             try:
                 if found is None:
                     self.body = await read_json(
                         self.api.create_namespaced_lease, self.namespace, self._fresh()
                     )
                 else:
-                    state = lease_state(
-                        found, datetime.now(timezone.utc), socket.gethostname(), pid_alive
-                    )
-                    if state == HELD:
-                        return lease_facts(found)
                     self.body = await read_json(
                         self.api.replace_namespaced_lease,
                         self.name,
@@ -708,7 +700,11 @@ class MoveLease:
                         self._fresh(_meta(found).get("resourceVersion")),
                     )
                     if _spec(found).get("holderIdentity"):
-                        self.took_over = {**lease_facts(found), "state": state}
+                        self.took_over = {
+                            **lease_facts(found),
+                            "state": state,
+                            "unchanged_seconds": round(observer.unchanged_for(), 1),
+                        }
             except ApiError as exc:
                 if exc.status in (NOT_FOUND, CONFLICT):
                     continue
@@ -720,37 +716,59 @@ class MoveLease:
     async def keep(self, force: bool = True) -> None:
         """Renew (only when a third of the lease has passed, unless ``force``); LeaseLost when
         another run holds it now."""
-        if self.body is None or (not force and time.monotonic() - self._renewed < self.seconds / 3):
-            return
-        body = json.loads(json.dumps(self.body))
-        body["spec"]["renewTime"] = _micro_now()
-        try:
-            self.body = await read_json(
-                self.api.replace_namespaced_lease, self.name, self.namespace, body
-            )
-        except ApiError as exc:
-            if exc.status not in (NOT_FOUND, CONFLICT):
-                raise
-            now = await self.read()
-            self.body = None
-            holder = _spec(now).get("holderIdentity") if now else None
-            raise LeaseLost(
-                messages.migrate_error(
-                    "lease-lost",
-                    namespace=self.namespace,
-                    lease=self.name,
-                    claim=self.claim,
-                    holder=holder,
+        async with self._writing:
+            if self.lost is not None:
+                raise self.lost
+            if self.body is None or (
+                not force and time.monotonic() - self._renewed < self.seconds / 3
+            ):
+                return
+            body = json.loads(json.dumps(self.body))
+            body["spec"]["renewTime"] = _micro_now()
+            try:
+                self.body = await read_json(
+                    self.api.replace_namespaced_lease, self.name, self.namespace, body
                 )
-            ) from None
-        self._renewed = time.monotonic()
+            except ApiError as exc:
+                if exc.status not in (NOT_FOUND, CONFLICT):
+                    raise
+                now = await self.read()
+                self.body = None
+                holder = _spec(now).get("holderIdentity") if now else None
+                self.lost = LeaseLost(
+                    messages.migrate_error(
+                        "lease-lost",
+                        namespace=self.namespace,
+                        lease=self.name,
+                        claim=self.claim,
+                        holder=holder,
+                    )
+                )
+                raise self.lost from None
+            self._renewed = time.monotonic()
+
+    async def renewing(self) -> None:
+        """Renew every third of the lease while this run holds it, whatever its step waits
+        on (client-go's leader election renews the same way); ends when the lease is lost or
+        released.  A renewal the API fails is tried again a second later."""
+        while self.body is not None and self.lost is None:
+            wait = self.seconds / 3 - (time.monotonic() - self._renewed)
+            if wait > 0:
+                await asyncio.sleep(wait)
+                continue
+            try:
+                await self.keep(force=False)
+            except LeaseLost:
+                return
+            except Exception:  # (the step's own renewal before its next write raises it)
+                await asyncio.sleep(1.0)
 
     async def release(self) -> None:
         if self.body is None:
             return
         body, self.body = self.body, None
-        # Best effort: a lease left behind ends with its process on this host, or after its
-        # duration elsewhere.  Never let this hide the outcome of the move.
+        # Best effort: a lease left behind is taken over by the next run once it has seen it
+        # unchanged for its duration.  Never let this hide the outcome of the move.
         with contextlib.suppress(Exception):
             await read_json(
                 self.api.delete_namespaced_lease,
@@ -1040,10 +1058,14 @@ class Mover:
         if lease.took_over:
             self.log(f"{self.namespace}/{claim}: took the lease over ({lease.took_over})")
         token = _HELD.set(lease)
+        renewing = asyncio.ensure_future(lease.renewing())
         try:
             result = await work()
         finally:
             _HELD.reset(token)
+            renewing.cancel()
+            with contextlib.suppress(BaseException):
+                await renewing
             await lease.release()
         if lease.took_over:
             result["took_over"] = lease.took_over

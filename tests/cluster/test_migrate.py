@@ -26,6 +26,7 @@ import contextlib
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -1011,7 +1012,10 @@ async def test_two_applies_at_once_end_as_one_move_and_the_second_says_who_holds
             reached.set()
             await go.wait()
 
-    first = asyncio.ensure_future(mover(kube, checkpoint=hold, bind_timeout=5).apply("claim-alice"))
+    # (a short lease: the second run sees the first renew it within a second or two)
+    first = asyncio.ensure_future(
+        mover(kube, checkpoint=hold, bind_timeout=5, lease_seconds=6).apply("claim-alice")
+    )
     await reached.wait()
     try:
         second = await mover(kube, bind_timeout=5).apply("claim-alice")
@@ -1045,13 +1049,15 @@ async def test_two_applies_at_once_end_as_one_move_and_the_second_says_who_holds
     assert leases.items == []  # released at the end
 
 
-async def test_a_lease_held_elsewhere_refuses_and_once_stale_is_taken_over_and_said_so(
-    deployment, capsys
-):
-    kube = deployment.kube
-    await deployment.home("alice", files=5)
+def lease_time(offset: float = 0.0) -> str:
+    """A Lease MicroTime ``offset`` seconds from this host's now (another host's clock)."""
+    return time.strftime("%Y-%m-%dT%H:%M:%S.000000Z", time.gmtime(time.time() + offset))
+
+
+async def another_runs_lease(kube, *, host="ops-laptop", pid="4242", seconds=60, skew=0.0):
+    """The lease of a run on another host whose clock is ``skew`` seconds off this one's."""
     name = migrate.temporary_name("claim-alice")
-    now = time.strftime("%Y-%m-%dT%H:%M:%S.000000Z", time.gmtime())
+    written = lease_time(skew)
     await coordination(kube).create_namespaced_lease(
         kube.namespace,
         {
@@ -1059,41 +1065,102 @@ async def test_a_lease_held_elsewhere_refuses_and_once_stale_is_taken_over_and_s
             "kind": "Lease",
             "metadata": {
                 "name": name,
-                "annotations": {migrate.HOST_KEY: "ops-laptop", migrate.PID_KEY: "4242"},
+                "annotations": {migrate.HOST_KEY: host, migrate.PID_KEY: pid},
             },
             "spec": {
-                "holderIdentity": "ops@ops-laptop pid 4242 0a1b2c",
-                "leaseDurationSeconds": 60,
-                "acquireTime": now,
-                "renewTime": now,
+                "holderIdentity": f"ops@{host} pid {pid} 0a1b2c",
+                "leaseDurationSeconds": seconds,
+                "acquireTime": written,
+                "renewTime": written,
             },
         },
     )
-    argv = cli_args(kube, "apply", "alice", "--storage-class", RWX_CLASS)
-    status, out, _ = await run_cli(capsys, *argv, "--json")
-    assert status == 1
-    (row,) = json.loads(out)["results"]
-    assert (row["outcome"], row["holder"], row["since"]) == (
-        "held",
-        "ops@ops-laptop pid 4242 0a1b2c",
-        now,
-    )
-    await deployment.assert_untouched("alice")
-    old = await kube.core.read_persistent_volume(deployment.old["alice"])
-    assert migrate.STEP_KEY not in (old.metadata.annotations or {})
+    return name, written
 
-    # that run stopped renewing ten minutes ago (its laptop went to sleep)
-    stale = time.strftime("%Y-%m-%dT%H:%M:%S.000000Z", time.gmtime(time.time() - 600))
-    await coordination(kube).patch_namespaced_lease(
-        name, kube.namespace, {"spec": {"renewTime": stale}}
-    )
+
+@contextlib.asynccontextmanager
+async def renewing(kube, name: str, skew: float, every: float = 1.0):
+    """That run, alive: it renews its lease every ``every`` seconds, by its own clock."""
+    renewals = 0
+
+    async def renew():
+        nonlocal renewals
+        while True:
+            await asyncio.sleep(every)
+            await coordination(kube).patch_namespaced_lease(
+                name, kube.namespace, {"spec": {"renewTime": lease_time(skew)}}
+            )
+            renewals += 1
+
+    task = asyncio.ensure_future(renew())
+    try:
+        yield lambda: renewals
+    finally:
+        task.cancel()
+        with contextlib.suppress(BaseException):
+            await task
+
+
+async def apply_json(capsys, kube) -> tuple[int, dict, float]:
+    argv = cli_args(kube, "apply", "alice", "--storage-class", RWX_CLASS, "--json")
+    began = time.monotonic()
     status, out, _ = await run_cli(capsys, *argv)
-    assert status == 0, out
-    assert (
-        f"  took over the move from ops@ops-laptop pid 4242 0a1b2c (since {now}): not renewed "
-        "for 60 s"
-    ) in out.splitlines()
+    (row,) = json.loads(out)["results"]
+    return status, row, time.monotonic() - began
+
+
+async def test_a_live_run_whose_clock_is_90_s_behind_is_never_taken_over(deployment, capsys):
+    kube = deployment.kube
+    await deployment.home("alice", files=5)
+    name, _ = await another_runs_lease(kube, skew=-90)
+    watched = []
+    async with renewing(kube, name, skew=-90) as renewals:
+        for _ in range(2):  # a cron job and then a person
+            status, row, took = await apply_json(capsys, kube)
+            assert (status, row["outcome"]) == (1, "held"), row
+            assert row["holder"] == "ops@ops-laptop pid 4242 0a1b2c"
+            watched.append(took)
+        renewed = renewals()
+    print(f"held after {[round(t, 1) for t in watched]} s of watching (renewed {renewed} times)")
+    await deployment.assert_untouched("alice")
+    lease = await coordination(kube).read_namespaced_lease(name, kube.namespace)
+    assert lease.spec.holder_identity == "ops@ops-laptop pid 4242 0a1b2c"
+
+
+async def test_a_dead_runs_lease_an_hour_ahead_is_taken_over_once_unchanged_for_its_duration(
+    deployment, capsys
+):
+    kube = deployment.kube
+    await deployment.home("alice", files=5)
+    _, written = await another_runs_lease(kube, seconds=5, skew=3600)
+    status, row, took = await apply_json(capsys, kube)
+    assert (status, row["outcome"]) == (0, "done"), row
+    assert row["took_over"]["state"] == migrate.STALE
+    assert row["took_over"]["renewed"] == written
+    assert took >= 5, took  # watched unchanged for its whole duration first
+    assert row["took_over"]["unchanged_seconds"] >= 5
+    print(f"taken over and moved {took:.1f} s after the run started")
     await deployment.assert_moved("alice")
+
+
+async def test_a_renewed_lease_naming_this_host_and_a_pid_not_running_here_is_not_taken_over(
+    deployment, capsys
+):
+    """A container that carries this host's name: its process ids are not this host's."""
+    kube = deployment.kube
+    await deployment.home("alice", files=5)
+    ended = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    pid = ended.stdout.strip()
+    name, _ = await another_runs_lease(kube, host=socket.gethostname(), pid=pid)
+    async with renewing(kube, name, skew=0):
+        status, row, _ = await apply_json(capsys, kube)
+    assert (status, row["outcome"]) == (1, "held"), row
+    await deployment.assert_untouched("alice")
 
 
 async def test_rollback_after_interleaved_applies_says_where_the_home_is_and_keeps_the_old_disk(

@@ -5,11 +5,13 @@ themselves are in tests/cluster/test_migrate.py.)"""
 from __future__ import annotations
 
 import json
+import socket
 from pathlib import Path
 
 import pytest
 
 from nebari_colocate import copy_home, messages, migrate
+from nebari_colocate import lease as lease_rules
 from nebari_colocate.objects import (
     MIGRATION_ANNOTATION,
     MIGRATION_SINCE_ANNOTATION,
@@ -310,13 +312,11 @@ def test_every_plan_action_and_outcome_code_has_words():
 
 def test_every_storage_class_problem_and_lease_state_has_words():
     assert set(messages.STORAGE_CLASS_PROBLEMS) == set(migrate.CLASS_PROBLEMS)
-    assert set(messages.LEASE_TAKEN_OVER) == {migrate.STALE, migrate.GONE}
+    assert set(messages.LEASE_TAKEN_OVER) == {migrate.STALE}
 
 
 # --------------------------------------------------------------------------------------------------
 # one run at a time per home: the lease
-
-NOW = migrate.parse_time("2026-12-01T10:00:00Z")
 
 
 def lease(holder="ops@laptop pid 42 ab12cd", host="laptop", pid="42", renewed="09:59:30"):
@@ -334,37 +334,96 @@ def lease(holder="ops@laptop pid 42 ab12cd", host="laptop", pid="42", renewed="0
     }
 
 
+class Clock:
+    """This run's monotonic clock, moved by the test."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def renewed(found, when="10:00:01", version="2"):
+    """``found`` as its holder's next renewal writes it (a new resourceVersion)."""
+    again = {**found, "metadata": {**found["metadata"], "resourceVersion": version}}
+    again["spec"] = {**found["spec"], "renewTime": f"2026-12-01T{when}.000000Z"}
+    return again
+
+
+def watch(reads, clock):
+    """Judge ``reads`` in order, each ``(seconds later, lease)``: the states, in order."""
+    observer = lease_rules.LeaseObserver(clock)
+    states = []
+    for later, found in reads:
+        clock.now += later
+        states.append(observer.judge(found))
+    return states, observer
+
+
+A = lease()
+A["metadata"]["resourceVersion"] = "1"
+IN_THE_FUTURE = lease(renewed="11:00:00")  # written by a clock one hour ahead
+IN_THE_FUTURE["metadata"]["resourceVersion"] = "1"
+#: a container that carries this host's name, its process id not one of this host's
+HERE_NO_PROCESS = lease(host=socket.gethostname(), pid="999999999")
+HERE_NO_PROCESS["metadata"]["resourceVersion"] = "1"
+
+
 @pytest.mark.parametrize(
-    "test_variation_id, found, here, running, expect",
+    "test_variation_id, reads, expect, renews",
     [
-        ("renewed 30 s ago on another host", lease(), "hub-0", False, migrate.HELD),
-        ("renewed 30 s ago here, its process runs", lease(), "laptop", True, migrate.HELD),
-        ("its process on this host has ended", lease(), "laptop", False, migrate.GONE),
-        ("not renewed for longer than 60 s", lease(renewed="09:58:59"), "hub-0", True, "stale"),
-        ("released (no holder)", lease(holder=""), "hub-0", True, migrate.STALE),
-        ("never renewed: the acquire time counts", lease(renewed=None), "hub-0", True, "stale"),
-        ("a pid that is no number is not judged", lease(pid="x"), "laptop", False, "held"),
+        ("first seen: held, whatever its renewTime", [(0, A)], ["held"], False),
+        ("unchanged for less than its 60 s: held", [(0, A), (59.9, A)], ["held"] * 2, False),
+        ("unchanged for its whole 60 s: stale", [(0, A), (60, A)], ["held", "stale"], False),
+        (
+            "renewTime an hour ahead (a clock ahead), unchanged for 60 s: stale",
+            [(0, IN_THE_FUTURE), (30, IN_THE_FUTURE), (30, IN_THE_FUTURE)],
+            ["held", "held", "stale"],
+            False,
+        ),
+        (
+            "renewTime 90 s behind (a clock behind), renewed every second: held",
+            [(0, lease(renewed="09:58:30"))]
+            + [(1, renewed(A, f"09:58:{31 + i}", str(10 + i))) for i in range(70)],
+            ["held"] * 71,
+            True,
+        ),
+        (
+            "renewed once: the 60 s start again from the renewal",
+            [(0, A), (50, renewed(A)), (50, renewed(A)), (10, renewed(A))],
+            ["held", "held", "held", "stale"],
+            True,
+        ),
+        ("released (no holder): stale at once", [(0, lease(holder=""))], ["stale"], False),
+        (
+            "this host's name and a process that does not run here, renewed: held",
+            [(0, HERE_NO_PROCESS), (30, renewed(HERE_NO_PROCESS)), (50, renewed(HERE_NO_PROCESS))],
+            ["held", "held", "held"],
+            True,
+        ),
+        (
+            "this host's name and a process that does not run here, unchanged for less than "
+            "60 s: held",
+            [(0, HERE_NO_PROCESS), (59, HERE_NO_PROCESS)],
+            ["held", "held"],
+            False,
+        ),
     ],
 )
-def test_a_lease_is_taken_over_only_when_its_holder_is_gone_or_it_went_stale(
-    test_variation_id, found, here, running, expect
+def test_a_lease_is_taken_over_only_once_seen_unchanged_for_its_duration_by_this_runs_clock(
+    test_variation_id, reads, expect, renews
 ):
-    assert migrate.lease_state(found, NOW, here, lambda _pid: running) == expect
+    states, observer = watch(reads, Clock())
+    assert states == expect
+    assert observer.renewed is renews
 
 
-def test_a_process_that_runs_is_alive_and_one_that_ended_is_not():
-    import os
-    import subprocess
-    import sys
-
-    assert migrate.pid_alive(os.getpid())
-    ended = subprocess.run(
-        [sys.executable, "-c", "import os; print(os.getpid())"],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    assert not migrate.pid_alive(int(ended.stdout))
+def test_a_lease_without_a_duration_is_judged_by_the_movers_default():
+    found = lease()
+    del found["spec"]["leaseDurationSeconds"]
+    assert watch([(0, found), (59, found)], Clock())[0] == ["held", "held"]
+    assert watch([(0, found), (60, found)], Clock())[0] == ["held", "stale"]
 
 
 def test_a_held_home_says_who_holds_it_and_since_when_in_one_line():
@@ -377,8 +436,8 @@ def test_a_held_home_says_who_holds_it_and_since_when_in_one_line():
     assert text == (
         "not done: another run holds this home's move (ops@laptop pid 42 ab12cd, since "
         "2026-12-01T09:50:00.000000Z, lease migrate-claim-alice renewed "
-        "2026-12-01T09:59:30.123456Z); wait for it to end (a lease not renewed for 60 s, or "
-        "whose process on this host has ended, is taken over by the next run)"
+        "2026-12-01T09:59:30.123456Z); wait for it to end (a lease seen unchanged for 60 s is "
+        "taken over by the next run)"
     )
     assert "\n" not in text
 
@@ -388,12 +447,16 @@ def test_a_lease_taken_over_and_a_class_changed_are_said_under_the_outcome():
         "outcome": "done",
         "claim": "claim-alice",
         "new_volume": "pv-new",
-        "took_over": {**migrate.lease_facts(lease()), "state": migrate.GONE},
+        "took_over": {
+            **migrate.lease_facts(lease()),
+            "state": migrate.STALE,
+            "unchanged_seconds": 61.5,
+        },
         "storage_class_changed": {"from": "nfs-old", "to": "nfs"},
     }
     assert messages.migrate_notes(result) == [
         "took over the move from ops@laptop pid 42 ab12cd (since 2026-12-01T09:50:00.000000Z): "
-        "its process on this host has ended",
+        "its lease stayed unchanged for 61.5 s while this run watched it (its duration: 60 s)",
         "the unfinished move to storage class nfs-old now goes to nfs: its temporary claim and "
         "copy pod in nfs-old were deleted",
     ]
