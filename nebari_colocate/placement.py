@@ -172,6 +172,66 @@ def _moving(pvc: Obj | None) -> bool:
 # the contract
 
 
+def _judge_pinned_node(
+    pod: Obj, decision: Decision, state: ClusterState, policy: Policy, all_claims: list[str]
+) -> bool:
+    """Step 5 of :func:`decide` on ``decision.node``: the fit as the scheduler would judge it
+    (reasons, warnings and notes added to ``decision``), or what can be told without the Node;
+    returns whether the node is premium (step 6)."""
+    namespace = meta(pod).get("namespace") or state.namespace
+    own_name = meta(pod).get("name")
+    holding = decision.holder_pods
+    node_name = str(decision.node)
+    bound_pvs = [pv for pv in (state.bound_pv(namespace, c) for c in all_claims) if pv]
+    node = state.nodes.get(node_name) if state.nodes is not None else None
+    if node is not None:
+        own_key = f"{namespace}/{own_name}"
+        admitted = preemption.admitted_priority(pod, state.priority_classes)
+        usage, _ = preemption.node_usage(pod, state, node_name, admitted.priority, own_key)
+        decision.fit = fit.check_fit(pod, node, (), bound_pvs, usage=usage)
+        # 5b. Preemption: kube-scheduler evicts pods of lower priority when that makes room;
+        #     never the user's own servers that hold the claim without their consent.
+        if not decision.fit.fits:
+            decision.preemption = preemption.on_pinned_node(
+                pod,
+                node,
+                state,
+                decision.fit,
+                admitted=admitted,
+                bound_pvs=bound_pvs,
+                exclude=own_key,
+                holders=holding,
+            )
+        if decision.preemption is not None and not decision.preemption.holders:
+            decision.warnings.append(preemption.preempts(len(decision.preemption.victims)))
+            decision.notes.append(
+                f"preempts on {node_name}: {', '.join(decision.preemption.victim_keys)}"
+            )
+        else:
+            decision.reasons.extend(decision.fit.reasons)
+        if decision.preemption is not None and decision.preemption.holders:
+            names = ", ".join(sorted(meta(h).get("name", "") for h in decision.preemption.holders))
+            decision.notes.append(f"fits on {node_name} only by preempting its holders: {names}")
+        premium = bool(fit.offered(node, policy.premium_resources))
+        if not state.node_pods_complete:
+            decision.notes.append(f"pods of other namespaces on {node_name} were not readable")
+    elif state.nodes is not None:
+        # The node is gone (a reclaimed spot node) while a pod or an attachment still holds the
+        # volume there: no capacity question, an operator must look.
+        decision.verified = False
+        decision.notes.append(f"node {node_name} not found: it was deleted")
+        decision.reasons.append(NODE_NOT_FOUND)
+        premium = False
+    else:
+        decision.verified = False
+        decision.notes.append(
+            f"node {node_name} not readable: fit inferred from the holders' specs"
+        )
+        decision.reasons.extend(_inferred_misfit(pod, node_name, holding, bound_pvs))
+        premium = any(fit.requests_any(h, policy.premium_resources) for h in holding)
+    return premium
+
+
 def decide(pod: Obj, state: ClusterState, policy: Policy) -> Decision:
     """Decide skip / colocate / refuse for ``pod`` given ``state`` (``docs/decisions.md``)."""
     namespace = meta(pod).get("namespace") or state.namespace
@@ -240,55 +300,9 @@ def decide(pod: Obj, state: ClusterState, policy: Policy) -> Decision:
     if not nodes:
         return decision
 
-    # 5. Pinned to node N: would the scheduler admit the pod there?
-    decision.node = node_name = nodes[0]
-    bound_pvs = [pv for pv in (state.bound_pv(namespace, c) for c in all_claims) if pv]
-    node = state.nodes.get(node_name) if state.nodes is not None else None
-    if node is not None:
-        own_key = f"{namespace}/{own_name}"
-        admitted = preemption.admitted_priority(pod, state.priority_classes)
-        usage, _ = preemption.node_usage(pod, state, node_name, admitted.priority, own_key)
-        decision.fit = fit.check_fit(pod, node, (), bound_pvs, usage=usage)
-        # 5b. Preemption: kube-scheduler evicts pods of lower priority when that makes room;
-        #     never the user's own servers that hold the claim without their consent.
-        if not decision.fit.fits:
-            decision.preemption = preemption.on_pinned_node(
-                pod,
-                node,
-                state,
-                decision.fit,
-                admitted=admitted,
-                bound_pvs=bound_pvs,
-                exclude=own_key,
-                holders=holding,
-            )
-        if decision.preemption is not None and not decision.preemption.holders:
-            decision.warnings.append(preemption.preempts(len(decision.preemption.victims)))
-            decision.notes.append(
-                f"preempts on {node_name}: {', '.join(decision.preemption.victim_keys)}"
-            )
-        else:
-            decision.reasons.extend(decision.fit.reasons)
-        if decision.preemption is not None and decision.preemption.holders:
-            names = ", ".join(sorted(meta(h).get("name", "") for h in decision.preemption.holders))
-            decision.notes.append(f"fits on {node_name} only by preempting its holders: {names}")
-        premium = bool(fit.offered(node, policy.premium_resources))
-        if not state.node_pods_complete:
-            decision.notes.append(f"pods of other namespaces on {node_name} were not readable")
-    elif state.nodes is not None:
-        # The node is gone (a reclaimed spot node) while a pod or an attachment still holds the
-        # volume there: no capacity question, an operator must look.
-        decision.verified = False
-        decision.notes.append(f"node {node_name} not found: it was deleted")
-        decision.reasons.append(NODE_NOT_FOUND)
-        premium = False
-    else:
-        decision.verified = False
-        decision.notes.append(
-            f"node {node_name} not readable: fit inferred from the holders' specs"
-        )
-        decision.reasons.extend(_inferred_misfit(pod, node_name, holding, bound_pvs))
-        premium = any(fit.requests_any(h, policy.premium_resources) for h in holding)
+    # 5. Pinned to node N: would the scheduler admit the pod there? (5b: by preemption?)
+    decision.node = nodes[0]
+    premium = _judge_pinned_node(pod, decision, state, policy, all_claims)
 
     # 6. Premium guard: keep pods that need no GPU off a GPU node.
     if premium and not fit.requests_any(pod, policy.premium_resources):
