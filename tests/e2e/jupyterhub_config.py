@@ -56,17 +56,25 @@ c.Spawner.start_timeout = s.get("start_timeout", 30)
 c.Spawner.http_timeout = s.get("http_timeout", 15)
 
 ks = c.KubeSpawner  # ColocatingKubeSpawner reads c.KubeSpawner, as a deployment's config does
-ks.namespace = s["namespace"]
-ks.image = "quay.io/jupyter/base-notebook:latest"
-ks.delete_grace_period = 0  # stop servers at once: no test here is about the grace period
-ks.storage_pvc_ensure = True
-ks.pvc_name_template = "claim-{username}"
-ks.storage_capacity = "1Gi"
-ks.volumes = [{"name": "home", "persistentVolumeClaim": {"claimName": "claim-{username}"}}]
-ks.volume_mounts = [{"name": "home", "mountPath": "/home/jovyan"}]
-ks.cpu_guarantee = 0.1
-ks.mem_guarantee = "128M"
-ks.k8s_api_request_retry_timeout = 15
+
+
+def _load(name, path):
+    """A module of the test package by its path: JupyterHub runs this file outside it."""
+    import importlib.util
+    import sys
+
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+# the settings every test spawner shares, written once (tests/support/spawning.py)
+spawning = _load("e2e_spawning", Path(__file__).resolve().parents[1] / "support" / "spawning.py")
+for name, value in spawning.kubespawner_settings(s["namespace"]).items():
+    setattr(ks, name, value)
 ks.port = s["server_port"]
 if s.get("z2jh_pod_priority"):
     # zero-to-jupyterhub's jupyterhub_config.py with scheduling.podPriority.enabled
@@ -99,20 +107,9 @@ if delay:
 # -- Nebari: its own hub.extraConfig files and values, read from the installed nebari package and
 # run as zero-to-jupyterhub runs them (tests/e2e/nebari/release.py), then the documented switch
 if s.get("nebari"):
-    import importlib.util
-    import sys
-
-    def _module(name, path):
-        spec = importlib.util.spec_from_file_location(name, path)
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-        return module
-
     here = Path(__file__).resolve().parent
-    z2jh = _module("z2jh", here / "data_science_pack" / "z2jh.py")
-    c = _module("nebari_release", here / "nebari" / "release.py").run(c, z2jh.get_config, z2jh)
+    z2jh = _load("z2jh", here / "data_science_pack" / "z2jh.py")
+    c = _load("nebari_release", here / "nebari" / "release.py").run(c, z2jh.get_config, z2jh)
 
 # -- jhub-apps, installed as a deployment installs it ----------------------------------------
 # "jhub_apps": "colocate"  -> install_jhub_apps(c, spawner_to_subclass=ColocatingKubeSpawner)
@@ -135,17 +132,10 @@ if mode:
     # jhub-apps' service takes ~5 s of CPU per worker, two workers by default: one, on 2 cores.
     c.JAppsConfig.service_workers = 1
     if mode == "data-science-pack":
-        import importlib.util
-
         here = Path(__file__).resolve().parent
         # the shim of zero-to-jupyterhub's `z2jh` module (tests/e2e/data_science_pack/z2jh.py),
         # importable as `z2jh` as in the hub image, without a sys.path entry
-        shim = here / "data_science_pack" / "z2jh.py"
-        spec = importlib.util.spec_from_file_location("z2jh", shim)
-        assert spec is not None and spec.loader is not None
-        z2jh = importlib.util.module_from_spec(spec)
-        sys.modules["z2jh"] = z2jh
-        spec.loader.exec_module(z2jh)
+        z2jh = _load("z2jh", here / "data_science_pack" / "z2jh.py")
         get_chart_config, get_config = z2jh.get_chart_config, z2jh.get_config
 
         for name in ("01-spawner.py", "02-jhub-apps.py"):

@@ -37,25 +37,38 @@ class OrmSpawner:
         self.state = {}
 
 
+def kubespawner_settings(namespace: str) -> dict:
+    """The KubeSpawner settings of every test hub and test spawner on the test control plane:
+    one shared home claim per user, small pods, servers stopped at once. Written once, here:
+    ``base_config`` applies them, and so does the end-to-end hub's tests/e2e/jupyterhub_config.py
+    (which loads this file by its path: JupyterHub runs it outside the test package)."""
+    return {
+        "namespace": namespace,
+        "image": "quay.io/jupyter/base-notebook:latest",
+        # stop servers at once: no test here is about the grace period
+        "delete_grace_period": 0,
+        "storage_pvc_ensure": True,
+        "pvc_name_template": "claim-{username}",
+        "storage_capacity": "1Gi",
+        "volumes": [{"name": "home", "persistentVolumeClaim": {"claimName": "claim-{username}"}}],
+        "volume_mounts": [{"name": "home", "mountPath": "/home/jovyan"}],
+        "cpu_guarantee": 0.1,
+        "mem_guarantee": "128M",
+        "k8s_api_request_retry_timeout": 15,
+    }
+
+
 def base_config(namespace: str):
-    """KubeSpawner settings for the test control plane: shared home claim."""
+    """KubeSpawner settings for the test control plane: :func:`kubespawner_settings`, and the
+    timeouts of a spawner started without a hub."""
     from traitlets.config import Config
 
     c = Config()
     ks = c.KubeSpawner
-    ks.namespace = namespace
-    ks.image = "quay.io/jupyter/base-notebook:latest"
+    for name, value in kubespawner_settings(namespace).items():
+        setattr(ks, name, value)
     ks.start_timeout = 30
     ks.http_timeout = 5
-    ks.delete_grace_period = 0  # stop servers at once: no test here is about the grace period
-    ks.storage_pvc_ensure = True
-    ks.pvc_name_template = "claim-{username}"
-    ks.storage_capacity = "1Gi"
-    ks.volumes = [{"name": "home", "persistentVolumeClaim": {"claimName": "claim-{username}"}}]
-    ks.volume_mounts = [{"name": "home", "mountPath": "/home/jovyan"}]
-    ks.cpu_guarantee = 0.1
-    ks.mem_guarantee = "128M"
-    ks.k8s_api_request_retry_timeout = 15
     return c
 
 
