@@ -52,7 +52,14 @@ from . import messages, metrics
 from .config import jupyterhub_value
 from .objects import GPU_RESOURCES
 from .release import HomeRelease
-from .wayout import home_holders, home_released
+from .wayout import (
+    STILL_RUNNING,
+    STOP_ERROR,
+    TOO_SLOW,
+    StepFacts,
+    home_holders,
+    home_released,
+)
 
 #: the handler's path under the hub's base URL: user, then server ("" for the default server)
 WAY_OUT_PATH = r"/colocate/way-out/([^/]+)/?([^/]*)"
@@ -88,6 +95,8 @@ class _StepFailed(web.HTTPError):
         message = self.text(outcome, **words)
         super().__init__(status, f"{self.what} %s: %s", outcome, message, reason=outcome)
         self.outcome = outcome
+        #: what it did, server by server (``wayout.StepFacts``), when it stopped part-way
+        self.facts = words.get("facts")
         self.jupyterhub_message = message
         self.jupyterhub_html_message = self.page(outcome, **words)
 
@@ -180,6 +189,10 @@ async def move_off_premium(
             spawner, claims, servers, all_holders=True, node=node, deadline=deadline
         ):
             raise MoveFailed(504, RELEASE_TIMEOUT, **words, seconds=spawner.way_out_release_timeout)
+    # every one is started, whatever the others do: a server stopped for the move and left
+    # stopped is the worse outcome
+    running: list[str] = []
+    failures: dict[str, Exception] = {}
     for name in servers:
         target = spawner_of(name)
         target.colocation_move_off = avoid
@@ -187,7 +200,16 @@ async def move_off_premium(
             await start_server(name, options[name])
         except Exception as exc:
             target.colocation_move_off = ()
-            raise MoveFailed(*_start_failure(exc), **words, detail=_start_detail(exc)) from exc
+            failures[name] = exc
+        else:
+            running.append(name)
+    if failures:
+        first = next(iter(failures.values()))
+        facts = StepFacts(stopped=servers, running=tuple(running), not_started=tuple(failures))
+        failed = MoveFailed(
+            *_start_failure(first), **words, detail=_start_detail(first), facts=facts
+        )
+        raise failed from first
 
 
 @contextlib.asynccontextmanager
@@ -231,22 +253,35 @@ def _recheck(
     return dict(blockers)
 
 
+class StillRunning(Exception):
+    """JupyterHub's stop of a server ended and the server is still running."""
+
+
 async def _stop_all(
     names: Sequence[str], stop_server: StopServer, deadline: float, failed: Callable[..., Exception]
 ) -> None:
-    for name in names:
+    """Stop ``names`` in order; at the first that does not stop, ``failed`` with the facts
+    (which stopped, which did not, why).  An error's own words go to the hub log only."""
+    done: list[str] = []
+    for index, name in enumerate(names):
+        why = ""
         try:
             await asyncio.wait_for(
                 stop_server(name), timeout=max(deadline - time.monotonic(), 0.01)
             )
         except asyncio.TimeoutError:
-            raise failed(status=500, outcome=STOP_FAILED, detail="it took too long") from None
+            why = TOO_SLOW
+        except StillRunning:
+            why = STILL_RUNNING
         except web.HTTPError:
             raise
-        except Exception as exc:
-            raise failed(
-                status=500, outcome=STOP_FAILED, detail=f"{type(exc).__name__}: {exc}"
-            ) from exc
+        except Exception:
+            app_log.exception("colocate: stopping server %r for a way out or a move failed", name)
+            why = STOP_ERROR
+        if why:
+            facts = StepFacts(stopped=tuple(done), not_stopped=tuple(names[index:]), why=why)
+            raise failed(status=500, outcome=STOP_FAILED, facts=facts)
+        done.append(name)
 
 
 async def _released(
@@ -301,8 +336,16 @@ def _start_failure(exc: Exception) -> tuple[int, str]:
 
 
 def _start_detail(exc: BaseException) -> str:
-    detail = getattr(exc, "jupyterhub_message", None) or getattr(exc, "log_message", None)
-    return str(detail or f"{type(exc).__name__}: {exc}")
+    """What a failed start says to a person: its refusal's words (``jupyterhub_message``), or
+    an HTTPError's message as JupyterHub's error page shows it; never a Python exception (that
+    goes to the hub log)."""
+    detail = getattr(exc, "jupyterhub_message", None)
+    if not detail and isinstance(exc, web.HTTPError) and exc.log_message:
+        with contextlib.suppress(TypeError, ValueError):
+            detail = exc.log_message % exc.args if exc.args else exc.log_message
+    if not detail:
+        app_log.error("colocate: a start after a way out or a move failed", exc_info=exc)
+    return str(detail or "")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -410,7 +453,7 @@ class _ColocateHandler(BaseHandler):  # type: ignore[misc]  # JupyterHub ships n
             future = await self.stop_single_user(user, name)
             await asyncio.shield(future)
             if user.spawners[name].active:
-                raise RuntimeError(f"{name or 'the default server'} is still running")
+                raise StillRunning(name)
 
         return stop_server
 

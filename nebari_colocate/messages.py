@@ -27,7 +27,7 @@ from .placement import (
     SPLIT_ATTACHMENT,
     Decision,
 )
-from .wayout import WayOut
+from .wayout import StepFacts, WayOut
 
 
 class ResourceWords(NamedTuple):
@@ -1737,7 +1737,9 @@ def api_no_answer(server: str, timeout: float) -> str:
 class OutcomeWords(NamedTuple):
     """The sentence of one outcome, for the way out and for the move (templates: ``{started}``
     the server to start, ``{stopped}`` / ``{Stopped}`` what was stopped, ``{them}`` it or them,
-    ``{because}`` " (detail)", ``{then}`` " detail", ``{seconds}``, ``{outcome}``)."""
+    ``{keep}`` keep or keeps, ``{did_not_stop}`` what stopped and what did not, and why,
+    ``{still}`` what still runs, ``{ran_again}`` what runs again, ``{then}`` " detail",
+    ``{seconds}``, ``{outcome}``)."""
 
     way_out: str
     move: str
@@ -1754,7 +1756,7 @@ OUTCOME_WORDS: dict[str, OutcomeWords] = {
         "Nothing was stopped: what blocks {started} has changed since it was refused "
         "(a server started or stopped in between). Start {started} again to see what "
         "blocks it now.",
-        "Nothing was stopped: {stopped} no longer keeps that node running alone (a server "
+        "Nothing was stopped: {stopped} no longer {keep} that node running alone (a server "
         "started or stopped in between). Reload the home page to see what runs now.",
     ),
     "busy": OutcomeWords(
@@ -1764,10 +1766,9 @@ OUTCOME_WORDS: dict[str, OutcomeWords] = {
         "to end, then try again.",
     ),
     "stop-failed": OutcomeWords(
-        "Stopping {stopped} did not finish{because}; {started} was not started. Stop them on "
-        "the home page, then start it again.",
-        "Stopping {stopped} did not finish{because}. Stop {them} on the home page, then "
-        "start again.",
+        "{did_not_stop}, so {started} was not started. Stop {still} on the home page, then "
+        "start {started} again.",
+        "{did_not_stop}. {Stopped} {was} not started again: start {them} on the home page.",
     ),
     "release-timeout": OutcomeWords(
         "{Stopped} stopped, but the home volume was not released within {seconds:g} s "
@@ -1779,8 +1780,18 @@ OUTCOME_WORDS: dict[str, OutcomeWords] = {
     ),
     "start-failed": OutcomeWords(
         "{Stopped} stopped, but {started} did not start.{then}",
-        "{Stopped} stopped, but did not start again.{then}",
+        "{ran_again}{Stopped} stopped, but did not start again.{then}",
     ),
+}
+
+#: a move whose stops all failed: nothing to start again
+MOVE_NOTHING_STOPPED = "{did_not_stop}. Try the move again in a minute."
+
+#: why a server did not stop (``wayout.StepFacts.why``)
+STOP_FAILURES = {
+    "still-running": "it is still running",
+    "too-slow": "it took too long",
+    "error": "the hub log says why",
 }
 
 #: an outcome without words names itself
@@ -1792,6 +1803,34 @@ UNWORDED_OUTCOME = OutcomeWords(
 _OUTCOME_CLASS = OutcomeWords("colocate-way-out", "colocate-move")
 
 
+def _did_not_stop(facts: StepFacts, label: Callable[[str], str]) -> str:
+    """ "'A' stopped, but 'B' did not stop (it is still running); 'C' was not stopped"."""
+    if not facts.not_stopped:
+        return "The stop did not finish"
+    first, rest = facts.not_stopped[0], facts.not_stopped[1:]
+    why = STOP_FAILURES.get(facts.why)
+    failed = label(first) + " did not stop" + (f" ({why})" if why else "")
+    if facts.stopped:
+        said = f"{_join([label(n) for n in facts.stopped])} stopped, but {failed}"
+    else:
+        said = failed
+    said = said[:1].upper() + said[1:]
+    if rest:
+        said += f"; {_join([label(n) for n in rest])} {'was' if len(rest) == 1 else 'were'}"
+        said += " not stopped"
+    return said
+
+
+def _facts(outcome: str, servers: Sequence[str], facts: StepFacts | None) -> StepFacts:
+    """The facts a caller gave, else those ``outcome`` implies of ``servers`` (the servers the
+    step was to stop): a stop that failed stopped none of them; after it, all stopped."""
+    if facts is not None:
+        return facts
+    if outcome == "stop-failed":
+        return StepFacts(not_stopped=tuple(servers))
+    return StepFacts(stopped=tuple(servers), not_started=tuple(servers))
+
+
 def outcome_text(
     family: str,
     outcome: str,
@@ -1801,17 +1840,40 @@ def outcome_text(
     display_names: Mapping[str, str] | None = None,
     detail: str = "",
     seconds: float = 0.0,
+    facts: StepFacts | None = None,
 ) -> str:
     """The sentence of ``outcome`` for ``family`` (``"way_out"`` or ``"move"``, a field of
-    :class:`OutcomeWords`), in plain text; ``stopped`` the servers stopped (or to stop)."""
-    names = _join([server_label(n, display_names) for n in stopped]) or "nothing"
+    :class:`OutcomeWords`), in plain text; ``stopped`` the servers the step was to stop,
+    ``facts`` what it did with them (else what ``outcome`` implies); ``detail`` the start's
+    refusal in its own words."""
+    known = _facts(outcome, stopped, facts)
+
+    def label(name: str) -> str:
+        return server_label(name, display_names)
+
     template = getattr(OUTCOME_WORDS.get(outcome, UNWORDED_OUTCOME), family)
+    shown = stopped
+    if outcome in ("stop-failed", "release-timeout"):
+        shown = known.stopped
+        if family == "move" and outcome == "stop-failed" and not shown:
+            template = MOVE_NOTHING_STOPPED
+    elif outcome == "start-failed" and family == "move":
+        shown = known.not_started
+    names = _join([label(n) for n in shown]) or "nothing"
+    ran_again = _join([label(n) for n in known.running])
+    if ran_again:
+        ran_again = f"{ran_again[:1].upper()}{ran_again[1:]} "
+        ran_again += f"{'runs' if len(known.running) == 1 else 'run'} again; "
     return str(template).format(
-        started=server_label(started, display_names),
+        started=label(started),
         stopped=names,
         Stopped=names[:1].upper() + names[1:],
-        them="it" if len(stopped) == 1 else "them",
-        because=f" ({detail})" if detail else "",
+        them="it" if len(shown) == 1 else "them",
+        keep="keep" if len(shown) > 1 else "keeps",
+        was="was" if len(shown) == 1 else "were",
+        did_not_stop=_did_not_stop(known, label),
+        still=_join([label(n) for n in known.not_stopped]) or "your servers",
+        ran_again=ran_again,
         then=f" {detail}" if detail else "",
         seconds=seconds,
         outcome=outcome,
@@ -1832,10 +1894,11 @@ def way_out_failed(
     display_names: Mapping[str, str] | None = None,
     detail: str = "",
     seconds: float = 0.0,
+    facts: StepFacts | None = None,
 ) -> str:
     """Why the way out stopped part-way (``outcome``, a label of
-    ``nebari_colocate_way_out_total``), in plain text; ``detail`` is the refusal's own words for
-    a start refused again."""
+    ``nebari_colocate_way_out_total``), in plain text: ``facts`` say which of ``stop`` stopped
+    and which did not; ``detail`` is the refusal's own words for a start refused again."""
     return outcome_text(
         "way_out",
         outcome,
@@ -1844,6 +1907,7 @@ def way_out_failed(
         display_names=display_names,
         detail=detail,
         seconds=seconds,
+        facts=facts,
     )
 
 
@@ -1913,9 +1977,11 @@ def move_failed(
     display_names: Mapping[str, str] | None = None,
     detail: str = "",
     seconds: float = 0.0,
+    facts: StepFacts | None = None,
 ) -> str:
     """Why a move off a premium node stopped part-way (``outcome``: a label of
-    ``nebari_colocate_way_out_total``), in plain text."""
+    ``nebari_colocate_way_out_total``), in plain text: ``facts`` say which of ``servers``
+    stopped, which did not, which run again."""
     return outcome_text(
         "move",
         outcome,
@@ -1923,6 +1989,7 @@ def move_failed(
         display_names=display_names,
         detail=detail,
         seconds=seconds,
+        facts=facts,
     )
 
 

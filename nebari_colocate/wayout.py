@@ -74,6 +74,29 @@ class WayOut:
         return {"stop": list(self.stop), "start": self.start}
 
 
+#: why a server the way out or the move stopped did not stop (:attr:`StepFacts.why`): JupyterHub's
+#: stop ended and the server is still running; the stop took longer than the wait allows; the
+#: stop raised an error (the hub log has it)
+STILL_RUNNING, TOO_SLOW, STOP_ERROR = "still-running", "too-slow", "error"
+
+
+@dataclass(frozen=True)
+class StepFacts:
+    """What a way out or a move that ended part-way did, server by server (``""`` is the
+    default server); ``messages`` puts them in words."""
+
+    #: stopped by it
+    stopped: tuple[str, ...] = ()
+    #: still running: the server whose stop failed first, then those it did not try to stop
+    not_stopped: tuple[str, ...] = ()
+    #: why the first of ``not_stopped`` did not stop (STILL_RUNNING, TOO_SLOW, STOP_ERROR)
+    why: str = ""
+    #: started again by it (a move), running now
+    running: tuple[str, ...] = ()
+    #: stopped by it and not started again (a move)
+    not_started: tuple[str, ...] = ()
+
+
 def is_capacity_reason(code: str) -> bool:
     """A reason about room on the node (which stopping pods there frees)."""
     return code in CAPACITY_REASONS or fit.insufficient_resource(code) is not None

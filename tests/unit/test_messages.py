@@ -964,7 +964,7 @@ def test_the_way_out_escapes_display_names_in_html():
         ("forbidden", "forbidden", {}, "You are not allowed to stop and start these servers."),
         ("stale", "stale", {}, "Nothing was stopped: what blocks 'JupyterLab' has changed"),
         ("busy", "busy", {}, "Nothing was stopped: another way out of yours is under way."),
-        ("stop-failed", "stop-failed", {}, "Stopping 'Pandas App' did not finish; 'JupyterLab'"),
+        ("stop-failed", "stop-failed", {}, "'Pandas App' did not stop, so 'JupyterLab' was not"),
         (
             "release-timeout",
             "release-timeout",

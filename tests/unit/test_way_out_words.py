@@ -7,6 +7,7 @@ handlers can end in has words of its own."""
 from __future__ import annotations
 
 import ast
+import asyncio
 import html
 import inspect
 import time
@@ -14,6 +15,7 @@ import time
 import pytest
 
 from nebari_colocate import handlers, messages
+from nebari_colocate.wayout import STILL_RUNNING, STOP_ERROR, TOO_SLOW, StepFacts
 
 NAMES = {"": "JupyterLab", "pandas-app": "Pandas App", "b": "B <b>"}
 SHAPES = {
@@ -80,7 +82,7 @@ ROWS = [
         "stale",
         "two",
         "plain",
-        "Nothing was stopped: 'JupyterLab' and 'B <b>' no longer keeps that node running alone (a server started or stopped in between). Reload the home page to see what runs now.",
+        "Nothing was stopped: 'JupyterLab' and 'B <b>' no longer keep that node running alone (a server started or stopped in between). Reload the home page to see what runs now.",
         id="move-stale-two-plain",
     ),
     pytest.param(
@@ -104,7 +106,7 @@ ROWS = [
         "stop-failed",
         "one",
         "plain",
-        "Stopping 'Pandas App' did not finish; 'JupyterLab' was not started. Stop them on the home page, then start it again.",
+        "'Pandas App' did not stop, so 'JupyterLab' was not started. Stop 'Pandas App' on the home page, then start 'JupyterLab' again.",
         id="way-out-stop-failed-one-plain",
     ),
     pytest.param(
@@ -112,7 +114,7 @@ ROWS = [
         "stop-failed",
         "one",
         "plain",
-        "Stopping 'Pandas App' did not finish. Stop it on the home page, then start again.",
+        "'Pandas App' did not stop. Try the move again in a minute.",
         id="move-stop-failed-one-plain",
     ),
     pytest.param(
@@ -120,7 +122,7 @@ ROWS = [
         "stop-failed",
         "two",
         "plain",
-        "Stopping 'JupyterLab' and 'B <b>' did not finish; 'Pandas App' was not started. Stop them on the home page, then start it again.",
+        "'JupyterLab' did not stop; 'B <b>' was not stopped, so 'Pandas App' was not started. Stop 'JupyterLab' and 'B <b>' on the home page, then start 'Pandas App' again.",
         id="way-out-stop-failed-two-plain",
     ),
     pytest.param(
@@ -128,7 +130,7 @@ ROWS = [
         "stop-failed",
         "two",
         "plain",
-        "Stopping 'JupyterLab' and 'B <b>' did not finish. Stop them on the home page, then start again.",
+        "'JupyterLab' did not stop; 'B <b>' was not stopped. Try the move again in a minute.",
         id="move-stop-failed-two-plain",
     ),
     pytest.param(
@@ -136,7 +138,7 @@ ROWS = [
         "stop-failed",
         "one",
         "detail",
-        "Stopping 'Pandas App' did not finish (Boom: x); 'JupyterLab' was not started. Stop them on the home page, then start it again.",
+        "'Pandas App' did not stop, so 'JupyterLab' was not started. Stop 'Pandas App' on the home page, then start 'JupyterLab' again.",
         id="way-out-stop-failed-one-detail",
     ),
     pytest.param(
@@ -144,7 +146,7 @@ ROWS = [
         "stop-failed",
         "one",
         "detail",
-        "Stopping 'Pandas App' did not finish (Boom: x). Stop it on the home page, then start again.",
+        "'Pandas App' did not stop. Try the move again in a minute.",
         id="move-stop-failed-one-detail",
     ),
     pytest.param(
@@ -152,7 +154,7 @@ ROWS = [
         "stop-failed",
         "two",
         "detail",
-        "Stopping 'JupyterLab' and 'B <b>' did not finish (Boom: x); 'Pandas App' was not started. Stop them on the home page, then start it again.",
+        "'JupyterLab' did not stop; 'B <b>' was not stopped, so 'Pandas App' was not started. Stop 'JupyterLab' and 'B <b>' on the home page, then start 'Pandas App' again.",
         id="way-out-stop-failed-two-detail",
     ),
     pytest.param(
@@ -160,7 +162,7 @@ ROWS = [
         "stop-failed",
         "two",
         "detail",
-        "Stopping 'JupyterLab' and 'B <b>' did not finish (Boom: x). Stop them on the home page, then start again.",
+        "'JupyterLab' did not stop; 'B <b>' was not stopped. Try the move again in a minute.",
         id="move-stop-failed-two-detail",
     ),
     pytest.param(
@@ -320,7 +322,7 @@ ROWS = [
         "stop-failed",
         "none",
         "plain",
-        "Stopping nothing did not finish; your default server was not started. Stop them on the home page, then start it again.",
+        "The stop did not finish, so your default server was not started. Stop your servers on the home page, then start your default server again.",
         id="way-out-stop-failed-none-plain",
     ),
     pytest.param(
@@ -328,10 +330,92 @@ ROWS = [
         "stop-failed",
         "none",
         "plain",
-        "Stopping nothing did not finish. Stop them on the home page, then start again.",
+        "The stop did not finish. Try the move again in a minute.",
         id="move-stop-failed-none-plain",
     ),
 ]
+
+
+#: what a step did, server by server (the facts the handlers give), and the exact words
+FACT_ROWS = [
+    pytest.param(
+        "way-out",
+        "stop-failed",
+        StepFacts(stopped=("",), not_stopped=("b",), why=STILL_RUNNING),
+        "",
+        "'JupyterLab' stopped, but 'B <b>' did not stop (it is still running), so 'Pandas App' was not started. Stop 'B <b>' on the home page, then start 'Pandas App' again.",
+        id="way-out-stopped-one-of-two-the-other-still-running",
+    ),
+    pytest.param(
+        "way-out",
+        "stop-failed",
+        StepFacts(not_stopped=("", "b"), why=TOO_SLOW),
+        "",
+        "'JupyterLab' did not stop (it took too long); 'B <b>' was not stopped, so 'Pandas App' was not started. Stop 'JupyterLab' and 'B <b>' on the home page, then start 'Pandas App' again.",
+        id="way-out-stopped-none-of-two-too-slow",
+    ),
+    pytest.param(
+        "way-out",
+        "stop-failed",
+        StepFacts(stopped=("",), not_stopped=("b",), why=STOP_ERROR),
+        "",
+        "'JupyterLab' stopped, but 'B <b>' did not stop (the hub log says why), so 'Pandas App' was not started. Stop 'B <b>' on the home page, then start 'Pandas App' again.",
+        id="way-out-stopped-one-of-two-an-error-named-in-the-log-only",
+    ),
+    pytest.param(
+        "move",
+        "stop-failed",
+        StepFacts(stopped=("",), not_stopped=("b",), why=STILL_RUNNING),
+        "",
+        "'JupyterLab' stopped, but 'B <b>' did not stop (it is still running). 'JupyterLab' was not started again: start it on the home page.",
+        id="move-stopped-one-of-two",
+    ),
+    pytest.param(
+        "move",
+        "start-failed",
+        StepFacts(stopped=("", "b"), running=("",), not_started=("b",)),
+        "Your server 'B <b>' cannot start: it needs 4 CPU.",
+        "'JupyterLab' runs again; 'B <b>' stopped, but did not start again. Your server 'B <b>' cannot start: it needs 4 CPU.",
+        id="move-restarted-one-of-two-the-other-refused",
+    ),
+    pytest.param(
+        "move",
+        "start-failed",
+        StepFacts(stopped=("", "b"), running=("b",), not_started=("",)),
+        "",
+        "'B <b>' runs again; 'JupyterLab' stopped, but did not start again.",
+        id="move-restarted-the-other-one-of-two",
+    ),
+    pytest.param(
+        "move",
+        "start-failed",
+        StepFacts(stopped=("", "b"), not_started=("", "b")),
+        "",
+        "'JupyterLab' and 'B <b>' stopped, but did not start again.",
+        id="move-restarted-none-of-two",
+    ),
+]
+
+
+@pytest.mark.parametrize(("family", "outcome", "facts", "detail", "expect"), FACT_ROWS)
+def test_a_step_that_ended_part_way_says_which_servers_stopped_which_did_not_and_which_run(
+    family, outcome, facts, detail, expect
+):
+    if family == "way-out":
+        text = messages.way_out_failed(
+            outcome,
+            start="pandas-app",
+            stop=["", "b"],
+            display_names=NAMES,
+            facts=facts,
+            detail=detail,
+        )
+    else:
+        text = messages.move_failed(
+            outcome, servers=["", "b"], display_names=NAMES, facts=facts, detail=detail
+        )
+    assert text == expect
+    assert "Error" not in text and "Exception" not in text
 
 
 @pytest.mark.parametrize(("family", "outcome", "shape", "extra", "expect"), ROWS)
@@ -463,3 +547,59 @@ async def test_a_deadline_already_past_still_looks_once():
     view = _Attachments(attached_reads=1)
     assert await _released(view, -1) is False
     assert view.reads == 1
+
+
+# the facts a stop that fails part-way gives the words (handlers._stop_all)
+
+
+async def _stops_fine(name):
+    return None
+
+
+async def _still_running(name):
+    raise handlers.StillRunning(name)
+
+
+async def _raises(name):
+    raise RuntimeError(f"{name} is still running")
+
+
+async def _hangs(name):
+    await asyncio.sleep(30)
+
+
+@pytest.mark.parametrize(
+    "test_variation_id, stops, expect",
+    [
+        (
+            "the second is still running",
+            [_stops_fine, _still_running],
+            (("a",), ("b",), STILL_RUNNING),
+        ),
+        ("the first takes too long", [_hangs, _stops_fine], ((), ("a", "b"), TOO_SLOW)),
+        (
+            "the second raises: an error, told by the hub log",
+            [_stops_fine, _raises],
+            (("a",), ("b",), STOP_ERROR),
+        ),
+    ],
+)
+async def test_a_stop_that_fails_part_way_gives_which_stopped_which_did_not_and_why(
+    test_variation_id, stops, expect
+):
+    by_name = dict(zip(["a", "b"], stops, strict=True))
+
+    async def stop_server(name):
+        await by_name[name](name)
+
+    with pytest.raises(handlers.WayOutFailed) as failed:
+        await handlers._stop_all(
+            ["a", "b"],
+            stop_server,
+            time.monotonic() + 0.3,
+            lambda **kw: handlers.WayOutFailed(**kw, start="", stop=("a", "b")),
+        )
+    facts = failed.value.facts
+    assert (facts.stopped, facts.not_stopped, facts.why) == expect
+    assert "RuntimeError" not in failed.value.jupyterhub_message
+    assert "still running" not in failed.value.jupyterhub_message or expect[2] == STILL_RUNNING
