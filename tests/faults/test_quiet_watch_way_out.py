@@ -1,4 +1,5 @@
-"""The way out on a quiet watch: nothing half done (docs/decisions.md, "The way out").
+"""The way out and the move off a GPU node on a quiet watch: nothing half done
+(docs/decisions.md, "The way out").
 
 With the live view's watches of pods and VolumeAttachments silent on a dead flow (the fault
 proxy keeps them open and carries nothing), the way out stops the server that blocks, waits
@@ -15,7 +16,7 @@ import time
 
 import pytest
 
-from nebari_colocate.handlers import take_way_out
+from nebari_colocate.handlers import move_off_premium, take_way_out
 from nebari_colocate.objects import csi_attachment_name
 from tests.support import helpers
 from tests.support.waiting import wait_until
@@ -105,6 +106,69 @@ async def test_the_way_out_on_a_silent_watch_stops_the_app_sees_the_release_and_
         assert app.pod_name not in pods
         assert pods[lab.pod_name]["spec"]["nodeName"] == big
         assert small not in await attached_nodes(hub, "claim-alice")
+        await helpers.assert_no_split_claims(hub.api_client, hub.namespace)
+    finally:
+        hub.proxy.blackhole = None
+
+
+async def test_the_move_off_a_gpu_node_on_a_silent_watch_sees_the_release_and_restarts_the_app(
+    hub,
+):
+    gpu, cpu = f"{hub.namespace}-gpu", f"{hub.namespace}-cpu"
+    await hub.create_node(gpu, cpu="32", extra={"nvidia.com/gpu": "1"})
+    await hub.create_node(cpu, cpu="8")
+    await hub.create_bound_claim("claim-alice")
+    lab = hub.make(
+        "alice",
+        node_selector={"kubernetes.io/hostname": gpu},
+        extra_resource_limits={"nvidia.com/gpu": "1"},
+    )
+    assert (await hub.spawn(lab)).started
+    app = hub.make("alice", "app", cpu_guarantee=0.5, way_out_release_timeout=RELEASE_SECONDS)
+    assert (await hub.spawn(app)).started  # beside the lab (premium_node_policy warn)
+    await lab.stop(now=True)
+    rides = await wait_until(
+        lambda: app.premium_rides(), timeout=30, what="the app's ride on the GPU node"
+    )
+    assert [(r.node, r.servers) for r in rides] == [(gpu, ("app",))]
+    await wait_until(
+        lambda: attached_nodes(hub, "claim-alice"),
+        until=lambda nodes: nodes == {gpu},
+        timeout=30,
+        what=f"claim-alice attached to {gpu} only",
+    )
+    view = app.colocation_view()
+
+    hub.proxy.blackhole = lambda path: path in VIEW_WATCHES
+    stopped: list[str] = []
+    try:
+        while view.fresh():
+            await asyncio.sleep(0.1)
+
+        async def stop_server(name: str) -> None:
+            stopped.append(name)
+            await app.stop(now=True)
+
+        async def start_server(name: str, options: dict) -> None:
+            outcome = await hub.spawn(app)
+            assert outcome.started, outcome.error
+
+        clicked = time.monotonic()
+        await move_off_premium(
+            app,
+            gpu,
+            ["app"],
+            spawner_of={"app": app}.__getitem__,
+            stop_server=stop_server,
+            start_server=start_server,
+            words={"servers": ("app",)},
+        )
+        took = time.monotonic() - clicked
+        print(f"move on a silent watch: click to the app running off the GPU node {took:.1f} s")
+        assert stopped == ["app"]
+        pods = await hub.pods()
+        assert pods[app.pod_name]["spec"]["nodeName"] == cpu
+        assert gpu not in await attached_nodes(hub, "claim-alice")
         await helpers.assert_no_split_claims(hub.api_client, hub.namespace)
     finally:
         hub.proxy.blackhole = None
