@@ -13,6 +13,7 @@ stop of each server, one start).  No browser: the buttons on the pages are not t
 from __future__ import annotations
 
 import asyncio
+import html
 import json
 from urllib.parse import quote
 
@@ -164,4 +165,51 @@ async def test_the_way_out_stops_the_app_waits_for_the_detach_and_starts_the_lab
         assert set(await user_pods(kube, "alice")) == {""}
     finally:
         await alice.close()
+    assert hub.hub.alive()
+
+
+#: a finalizer nobody removes: the pod's delete never finishes (a stuck unmount looks the same)
+STUCK = "nebari.dev/test-stuck"
+
+
+async def test_a_way_out_that_stops_one_of_two_servers_says_which_on_the_hubs_error_page(
+    kube, start_hub
+):
+    await cpu_and_gpu_nodes(kube)
+    hub = await start_hub(
+        profile_list=[CPU_PROFILE, GPU_PROFILE],
+        spawner={"refusal_hold_seconds": 5, "way_out_release_timeout": 15},
+        way_out_handler=True,
+    )
+    await kube.create_bound_claim("claim-alice")
+    await hub.create_user("alice")
+    await hub.start_server("alice", "dash", {"profile": "cpu"})
+    await hub.start_server("alice", "pandas-app", {"profile": "cpu"})
+    stuck = (await user_pods(kube, "alice"))["pandas-app"]["metadata"]["name"]
+    await kube.core.patch_namespaced_pod(
+        stuck, kube.namespace, {"metadata": {"finalizers": [STUCK]}}
+    )
+    alice = await session_of(hub, "alice")
+    try:
+        way_out = await refused_with_way_out(hub, "alice", "", {"profile": "gpu"})
+        assert way_out == {"stop": ["dash", "pandas-app"], "start": ""}
+        status, _, body = await post_way_out(hub, alice, "alice", "", ["dash", "pandas-app"])
+        assert status == 500, body
+        page = html.unescape(body)
+        print(f"the hub's error page: {page[page.find('dash') - 1 :][:260]}")
+        assert (
+            "'dash' stopped, but 'pandas-app' did not stop (it took too long), so your default "
+            "server was not started. Stop 'pandas-app' on the home page, then start your "
+            "default server again."
+        ) in page
+        for word in ("RuntimeError", "Traceback", "Exception"):
+            assert word not in page
+        pods = await user_pods(kube, "alice")
+        assert set(pods) == {"pandas-app"}  # 'dash' stopped, 'pandas-app' did not, as said
+        assert pods["pandas-app"]["metadata"].get("deletionTimestamp")
+    finally:
+        await alice.close()
+        await kube.core.patch_namespaced_pod(
+            stuck, kube.namespace, {"metadata": {"finalizers": None}}
+        )
     assert hub.hub.alive()
