@@ -32,15 +32,16 @@ async def test_kwok_keeps_nodes_ready_with_leases(kube):
     assert helpers.is_ready(node)
     assert node["metadata"]["annotations"][helpers.CONTROLLER_MANAGED_ATTACH] == "true"
     coordination = client.CoordinationV1Api(kube.api_client)
-    deadline = time.monotonic() + 20
-    while True:
+
+    async def lease_or_none():
         try:
-            lease = await coordination.read_namespaced_lease("node-a", "kube-node-lease")
-            break
+            return await coordination.read_namespaced_lease("node-a", "kube-node-lease")
         except ApiException as e:
-            if e.status != 404 or time.monotonic() > deadline:
+            if e.status != 404:
                 raise
-        await asyncio.sleep(0.1)
+            return None
+
+    lease = await wait_until(lease_or_none, timeout=20, what="kwok's lease of node-a", interval=0.1)
     assert lease.spec.holder_identity  # kwok's own identity, where a kubelet puts the node name
     assert lease.spec.renew_time is not None
     assert lease.metadata.owner_references[0].name == "node-a"
@@ -78,13 +79,14 @@ async def test_a_graceful_delete_finishes(kube):
     await kube.create_pod("short-lived")
     await kube.wait_for_running("short-lived")
     await kube.core.delete_namespaced_pod("short-lived", kube.namespace, grace_period_seconds=30)
-    deadline = time.monotonic() + 10
-    while True:
-        pods = await kube.core.list_namespaced_pod(kube.namespace)
-        if not pods.items:
-            break
-        assert time.monotonic() < deadline, "kwok did not finish the graceful delete"
-        await asyncio.sleep(0.1)
+    await wait_until(
+        lambda: kube.core.list_namespaced_pod(kube.namespace),
+        until=lambda pods: not pods.items,
+        timeout=10,
+        what="kwok to finish the graceful delete",
+        seen=lambda pods: [p.metadata.name for p in pods.items],
+        interval=0.1,
+    )
 
 
 async def test_the_pv_controller_binds_a_static_claim(kube):
@@ -125,10 +127,13 @@ async def test_a_running_pod_gets_its_volume_attached_by_the_controller(kube):
 
     # The pod goes, the volume is detached: the controller deletes its VolumeAttachment.
     await kube.core.delete_namespaced_pod("lab", kube.namespace)
-    deadline = time.monotonic() + 20
-    while await kube.volume_attachments(pv["metadata"]["name"]):
-        assert time.monotonic() < deadline, "the volume was not detached"
-        await asyncio.sleep(0.1)
+    await wait_until(
+        lambda: kube.volume_attachments(pv["metadata"]["name"]),
+        until=lambda attachments: not attachments,
+        timeout=20,
+        what="the volume detached (its VolumeAttachment deleted)",
+        interval=0.1,
+    )
 
 
 async def test_unschedulable_pod_gets_failed_scheduling_event(kube):
@@ -178,13 +183,13 @@ async def test_a_hand_made_volume_attachment_is_acknowledged(kube):
     await kube.create_node("node-b")
     _, pv = await kube.create_bound_claim("claim-bob")
     await kube.create_volume_attachment(pv["metadata"]["name"], "node-b", attached=False)
-    deadline = time.monotonic() + 10
-    while True:
-        [va] = await kube.volume_attachments(pv["metadata"]["name"])
-        if (va.get("status") or {}).get("attached"):
-            break
-        assert time.monotonic() < deadline, "kwok did not acknowledge the VolumeAttachment"
-        await asyncio.sleep(0.1)
+    [va] = await wait_until(
+        lambda: kube.volume_attachments(pv["metadata"]["name"]),
+        until=lambda vas: len(vas) == 1 and (vas[0].get("status") or {}).get("attached"),
+        timeout=10,
+        what="kwok to acknowledge the VolumeAttachment",
+        interval=0.1,
+    )
     assert va["spec"]["source"]["persistentVolumeName"] == pv["metadata"]["name"]
 
 

@@ -18,6 +18,7 @@ import yaml
 
 from nebari_colocate import cli, kubeapi
 from tests.support import builders, helpers
+from tests.support.waiting import wait_until
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
@@ -88,16 +89,21 @@ async def create_user_pod(kube, name: str, user: str, server: str = "", **kwargs
 
 async def wait_for_attachment(kube, pv_name: str, node: str) -> None:
     """Wait until the attach/detach controller attached the PV to the node."""
-    for _ in range(300):
-        attached = {
+
+    async def attached() -> set[str]:
+        return {
             va["spec"]["nodeName"]
             for va in await kube.volume_attachments(pv_name)
             if (va.get("status") or {}).get("attached")
         }
-        if node in attached:
-            return
-        await asyncio.sleep(0.1)
-    raise AssertionError(f"{pv_name} not attached to {node}")
+
+    await wait_until(
+        attached,
+        until=lambda nodes: node in nodes,
+        timeout=30,
+        what=f"{pv_name} attached to {node}",
+        interval=0.1,
+    )
 
 
 async def gpu_lab_blocked(kube) -> str:
@@ -440,10 +446,14 @@ async def audit_fixture(kube) -> None:
     ]
     await kube.core.patch_node_status("cpu-1", {"status": {"volumesInUse": erin_volume}})
     await kube.core.delete_namespaced_pod("jupyter-erin--old", kube.namespace)
-    while "jupyter-erin--old" in {
-        p.metadata.name for p in (await kube.core.list_namespaced_pod(kube.namespace)).items
-    }:
-        await asyncio.sleep(0.1)
+    await wait_until(
+        lambda: kube.core.list_namespaced_pod(kube.namespace),
+        until=lambda pods: "jupyter-erin--old" not in {p.metadata.name for p in pods.items},
+        timeout=60,
+        what="jupyter-erin--old deleted",
+        seen=lambda pods: [p.metadata.name for p in pods.items],
+        interval=0.1,
+    )
     await create_user_pod(
         kube, "jupyter-erin", "erin", node="cpu-2", claims=["claim-erin"], running=False
     )

@@ -386,14 +386,20 @@ async def deployment(kube, tmp_path):
 
 async def attached_volumes(kube, timeout: float = 30) -> dict[str, set[str]]:
     """Node -> PVs with a VolumeAttachment there, once the controller made at least two."""
-    deadline = time.monotonic() + timeout
-    while True:
+
+    async def attached() -> dict[str, set[str]]:
         found: dict[str, set[str]] = {}
         for va in (await kube.storage.list_volume_attachment()).items:
             found.setdefault(va.spec.node_name, set()).add(va.spec.source.persistent_volume_name)
-        if sum(len(v) for v in found.values()) >= 2 or time.monotonic() > deadline:
-            return found
-        await asyncio.sleep(0.1)
+        return found
+
+    return await wait_until(
+        attached,
+        until=lambda found: sum(len(v) for v in found.values()) >= 2,
+        timeout=timeout,
+        what="two VolumeAttachments",
+        interval=0.1,
+    )
 
 
 def coordination(kube) -> client.CoordinationV1Api:
@@ -746,12 +752,13 @@ async def test_a_server_started_beside_the_copy_stops_the_move_and_keeps_the_old
         "jupyter-alice-other-hub", kube.namespace, grace_period_seconds=0
     )
     deployment.sim.release.set()
-    deadline = time.monotonic() + 30
-    while True:
-        result = await mover(kube).apply("claim-alice")
-        if result["outcome"] != "blocked" or time.monotonic() > deadline:
-            break
-        await asyncio.sleep(0.2)  # the deleted pod is gone from the API a moment later
+    # the deleted pod is gone from the API a moment later: blocked until then
+    result = await wait_until(
+        lambda: mover(kube).apply("claim-alice"),
+        until=lambda result: result["outcome"] != "blocked",
+        timeout=30,
+        what="the move no longer blocked by the deleted pod",
+    )
     assert result["outcome"] == "done", result
     await deployment.assert_moved("alice")
 

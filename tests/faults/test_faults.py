@@ -124,12 +124,14 @@ async def test_a_pod_the_api_creates_after_the_spawn_gave_up_is_deleted(hub):
     assert "Could not create pod" in str(outcome.error.__cause__)
     outcome.readable()
     hub.proxy.release()  # the held creates now reach the apiserver: the pod appears
-    for _ in range(50):
-        if lab.pod_name in await hub.pods():
-            break
-        await asyncio.sleep(0.1)
-    else:
-        pytest.fail("the held create never made the pod: the test proves nothing")
+    await wait_until(
+        hub.pods,
+        until=lambda pods: lab.pod_name in pods,
+        timeout=5,
+        what="the held create to make the pod (else the test proves nothing)",
+        seen=sorted,
+        interval=0.1,
+    )
     # The sweep deletes it (the teardown waits until no pod is left).
 
 
@@ -261,8 +263,9 @@ async def test_a_silent_watch_does_not_hide_a_pod_that_starts_holding_the_home(h
     )
     await hub.core.create_namespaced_pod(hub.namespace, backup)  # around the proxy
     try:
-        while view.fresh():  # till the view's last event is older than "fresh"
-            await asyncio.sleep(0.1)
+        await wait_until(  # till the view's last event is older than "fresh"
+            lambda: not view.fresh(), timeout=30, what="the live view no longer fresh", interval=0.1
+        )
         assert view.live and not view.has_pod(hub.namespace, "backup-alice")  # silent, trusted
 
         lab = hub.make("alice", colocation_check_timeout=5.0)
@@ -341,12 +344,14 @@ async def test_a_hub_killed_while_spawns_are_pending_leaves_nothing_the_next_hub
     await first.spawn("bob")
     await first.spawn("carol")
     late = {pod_name["bob", ""], pod_name["carol", ""]}
-    for _ in range(300):
-        if set(hub.proxy.held()) == late:
-            break
-        await asyncio.sleep(0.1)
-    else:
-        pytest.fail(f"the creates held are {hub.proxy.held()}, not {sorted(late)}")
+    await wait_until(
+        lambda: set(hub.proxy.held()),
+        until=lambda held: held == late,
+        timeout=30,
+        what=f"the creates of {sorted(late)} held",
+        seen=sorted,
+        interval=0.1,
+    )
     await first.kill()
     hub.proxy.release({pod_name["bob", ""]})
     await wait_for_pods(hub, {pod_name["bob", ""]})

@@ -11,7 +11,6 @@ kube-controller-manager attaches and detaches the volume; kwok plays the kubelet
 
 from __future__ import annotations
 
-import asyncio
 import time
 
 import pytest
@@ -79,8 +78,9 @@ async def test_the_way_out_on_a_silent_watch_stops_the_app_sees_the_release_and_
     hub.proxy.blackhole = lambda path: path in VIEW_WATCHES
     stopped: list[str] = []
     try:
-        while view.fresh():  # till the view's last event is older than "fresh"
-            await asyncio.sleep(0.1)
+        await wait_until(  # till the view's last event is older than "fresh"
+            lambda: not view.fresh(), timeout=30, what="the live view no longer fresh", interval=0.1
+        )
 
         async def stop_server(name: str) -> None:
             stopped.append(name)
@@ -142,8 +142,9 @@ async def test_the_move_off_a_gpu_node_on_a_silent_watch_sees_the_release_and_re
     hub.proxy.blackhole = lambda path: path in VIEW_WATCHES
     stopped: list[str] = []
     try:
-        while view.fresh():
-            await asyncio.sleep(0.1)
+        await wait_until(  # till the view's last event is older than "fresh"
+            lambda: not view.fresh(), timeout=30, what="the live view no longer fresh", interval=0.1
+        )
 
         async def stop_server(name: str) -> None:
             stopped.append(name)

@@ -19,13 +19,11 @@ copied but the values.
 
 from __future__ import annotations
 
-import asyncio
-import time
-
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from tests.support.helpers import api_client_of
+from tests.support.waiting import wait_until
 
 RELEASE = "jhub"
 DEFAULT_PRIORITY = f"{RELEASE}-default-priority"
@@ -97,18 +95,20 @@ async def ensure_priority_classes(api) -> None:
     for name in PRIORITY_CLASSES:
         probe = placeholder(f"priority-probe-{name}", cpu="1m")
         probe["spec"]["priorityClassName"] = name
-        deadline = time.monotonic() + 30
-        while True:
+
+        async def admitted(probe=probe) -> bool:
             try:
                 # a server-side dry run: admitted, nothing stored
                 await core.create_namespaced_pod("default", probe, dry_run="All")
-                break
             except ApiException as e:
                 if e.status != 403 or "no PriorityClass" not in str(e.body):
                     raise
-                if time.monotonic() > deadline:
-                    raise
-                await asyncio.sleep(0.1)
+                return False
+            return True
+
+        await wait_until(
+            admitted, timeout=30, what=f"Priority admission to know {name}", interval=0.1
+        )
 
 
 def placeholder(
