@@ -330,22 +330,22 @@ class SharedPodReflector:
         source = self.source()
         return not source.live or source.quiet_seconds() >= CLOSE_QUIET_SECONDS
 
-    async def read_if_quiet(self, key: str) -> None:
+    async def read_if_quiet(self, key: str, timeout: float = CLOSE_READ_TIMEOUT) -> None:
         """Read the pod ``key`` by name (one GET) while the watch is :meth:`quiet`, as
         ``poll()`` asks about its server: a pod deleted behind the hub's back (an eviction, a
         drain) is then seen gone at the next poll, as KubeSpawner's own reflector, which lists
         its pods every 10 s, would see it."""
         if self._listening and self._selection.selects_key(key) and self.quiet():
-            await self._read(key)
+            await self._read(key, timeout)
 
-    async def _read(self, key: str) -> None:
+    async def _read(self, key: str, timeout: float = CLOSE_READ_TIMEOUT) -> None:
         namespace, _, name = key.partition("/")
         try:
             pod = await read_json_or_none(
                 self.hub.core.read_namespaced_pod,
                 name,
                 namespace,
-                _request_timeout=CLOSE_READ_TIMEOUT,
+                _request_timeout=timeout,
             )
         except Exception as exc:  # the next turn tries again; the watch may come back first
             log.info("colocate: could not read pod %s while its watch is quiet: %s", key, exc)

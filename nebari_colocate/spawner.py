@@ -1584,7 +1584,10 @@ class ColocatingKubeSpawner(KubeSpawner):  # type: ignore[misc]  # KubeSpawner s
         if self._shares_pod_watch():
             reflector = await self._start_watching_pods()
             if isinstance(reflector, SharedPodReflector):
-                await reflector.read_if_quiet(f"{self.namespace}/{self.pod_name}")
+                # (at most one request's time: a poll of a hung API answers from the store)
+                await reflector.read_if_quiet(
+                    f"{self.namespace}/{self.pod_name}", timeout=self.k8s_api_request_timeout
+                )
         status: int | None = await super().poll()
         return status
 

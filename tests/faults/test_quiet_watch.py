@@ -94,3 +94,25 @@ async def test_poll_reports_a_server_deleted_behind_the_hubs_back_on_a_silent_wa
         assert view.has_pod(hub.namespace, lab.pod_name)  # the watch is still silent
     finally:
         hub.proxy.blackhole = None
+
+
+async def test_poll_of_a_hung_api_answers_from_the_store_within_one_requests_time(hub):
+    """The API server is frozen (SIGSTOP) and the view's pod watch quiet for 5 s: ``poll()``
+    tries its read by name for one request's time (``k8s_api_request_timeout``, 3 s here), then
+    answers from the store as KubeSpawner's own poll would: running."""
+    await one_user_on_one_node(hub)
+    lab = hub.make("alice")
+    assert (await hub.spawn(lab)).started
+    view = lab.colocation_view()
+    hub.plane.pause("apiserver")
+    try:
+        await wait_until(
+            lambda: view.pods.quiet_seconds() >= 5.5, timeout=20, what="a quiet pod watch"
+        )
+        began = time.monotonic()
+        status = await lab.poll()
+        seconds = time.monotonic() - began
+    finally:
+        hub.plane.resume("apiserver")
+    assert status is None
+    assert seconds <= lab.k8s_api_request_timeout + 1.0, seconds
