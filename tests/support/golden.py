@@ -151,12 +151,12 @@ def _decided() -> dict[str, tuple[dict[str, Any], Decision, str]]:
     return decided
 
 
-def _refused_for(code: str) -> Decision:
-    holders = [
-        _alice(""),
-        _alice("pandas-app"),
-        pod("jupyter-bob", claims=[HOME], node_name="cpu-1", phase="Running", user="bob"),
-    ]
+def _refused_for(code: str, *, shared: bool = True, way_out: bool = True) -> Decision:
+    holders = [_alice(""), _alice("pandas-app")]
+    if shared:
+        holders.append(
+            pod("jupyter-bob", claims=[HOME], node_name="cpu-1", phase="Running", user="bob")
+        )
     return Decision(
         REFUSE,
         node="cpu-1",
@@ -165,7 +165,7 @@ def _refused_for(code: str) -> Decision:
         busy_claims=[HOME],
         holder_pods=holders,
         split_nodes=["cpu-1", "gpu-1"],
-        way_out=WayOut(stop=("", "pandas-app"), start="gpu-lab"),
+        way_out=WayOut(stop=("", "pandas-app"), start="gpu-lab") if way_out else None,
     )
 
 
@@ -194,8 +194,15 @@ def _reasons() -> Iterator[tuple[str, str]]:
     codes += [fit.insufficient(r) for r in ("cpu", "memory", "nvidia.com/gpu", "example.com/fpga")]
     codes.append("a-code-from-the-future")
     new_pod = _alice("gpu-lab", None)
+    variants: dict[str, dict[str, bool]] = {
+        "": {},
+        " (own holders only)": {"shared": False},
+        " (own holders only, no way out)": {"shared": False, "way_out": False},
+    }
     blocks = [
-        f"## {code}\n{_refusal_words(new_pod, _refused_for(code), 'gpu-lab')}" for code in codes
+        f"## {code}{name}\n{_refusal_words(new_pod, _refused_for(code, **kw), 'gpu-lab')}"
+        for code in codes
+        for name, kw in variants.items()
     ]
     yield "words/reason-codes.txt", "\n".join(blocks)
     blocks = [
