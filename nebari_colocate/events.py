@@ -50,7 +50,8 @@ from .config import (
     PREEMPTION_GRACE_SECONDS,
 )
 from .objects import GPU_RESOURCES, Obj
-from .wayout import NO_WAY_OUT_REASONS, WayOut, stop_every_holder
+from .placement import stopping_helps
+from .wayout import UNRESOLVABLE, WayOut, stop_every_holder
 
 WAIT, FAIL = "wait", "fail"
 
@@ -968,7 +969,7 @@ def event_way_out(
     if verdict.code == MULTI_ATTACH:
         return stop_every_holder(verdict.holders, own, start=start, others=verdict.others)
     if verdict.code == UNSCHEDULABLE_PINNED:
-        if any(f.cause in NO_WAY_OUT_REASONS for f in verdict.fragments):
+        if any(stopping_helps(f.cause) == UNRESOLVABLE for f in verdict.fragments):
             return None
         return stop_every_holder(pinned_holders, own, start=start)
     return None

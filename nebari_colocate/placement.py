@@ -45,7 +45,7 @@ from .objects import (
     spec,
 )
 from .state import ClusterState
-from .wayout import WayOut, way_out
+from .wayout import RELEASE, ROOM, UNRESOLVABLE, WayOut, way_out
 
 SKIP, COLOCATE, REFUSE = "skip", "colocate", "refuse"
 
@@ -74,6 +74,37 @@ REASON_CODES = (
     NODE_NOT_FOUND,
     HOME_BEING_MOVED,
 )
+
+#: whether stopping the user's own servers that hold the volume can let the refused server
+#: start, declared beside every reason code as kube-scheduler's filters return
+#: ``Unschedulable`` or ``UnschedulableAndUnresolvable`` beside their reason (``wayout``:
+#: RELEASE, stop them all and the server may go to any node; ROOM, stopping some on the pinned
+#: node may free enough; UNRESOLVABLE, nothing the user stops helps). The way out of a decision
+#: and of an event verdict read it; ``fit.INSUFFICIENT_ANY`` stands for every resource.
+STOPPING_HELPS: Mapping[str, str] = {
+    fit.NODE_UNSCHEDULABLE: RELEASE,
+    fit.NODE_SELECTOR: RELEASE,
+    fit.TAINT: RELEASE,
+    fit.INSUFFICIENT_ANY: ROOM,
+    fit.TOO_MANY_PODS: ROOM,
+    # the volume's own node affinity excludes the node its holders use: no stop changes that
+    fit.VOLUME_NODE_AFFINITY: UNRESOLVABLE,
+    CLAIM_IN_USE: RELEASE,
+    SPLIT_ATTACHMENT: UNRESOLVABLE,  # already broken: an administrator must look
+    PREMIUM_NODE: RELEASE,
+    NODE_NOT_FOUND: UNRESOLVABLE,  # the volume must be released from a node that is gone
+    HOME_BEING_MOVED: UNRESOLVABLE,  # the move ends it, not a stop
+}
+
+
+def stopping_helps(code: str | None) -> str | None:
+    """What :data:`STOPPING_HELPS` declares for ``code`` (any ``insufficient:<resource>``);
+    None for a code it does not know (a scheduler fragment's cause that is not a reason code)."""
+    if code is None:
+        return None
+    if fit.insufficient_resource(code) is not None:
+        return STOPPING_HELPS[fit.INSUFFICIENT_ANY]
+    return STOPPING_HELPS.get(code)
 
 
 def is_reason_code(code: str) -> bool:
@@ -329,7 +360,7 @@ def _way_out(
     """Step 8 (``docs/decisions.md``, "The way out"): the user's own servers to stop."""
     return way_out(
         pod,
-        reasons=decision.reasons,
+        remedies=[stopping_helps(code) for code in decision.reasons],
         holder_pods=holding,
         node_name=decision.node,
         pinned_by_holders=pinned or decision.pinned_by == PINNED_BY_HOLDERS,

@@ -11,12 +11,17 @@ user can take alone: stop some of those servers, wait until the volume is releas
   holders on that node whose stop frees enough room, or all holders, whichever is fewer servers
   (with all of them stopped the volume is released and the new server may go to another node).
 
+Which of the two a refusal is, or whether stopping servers cannot help at all, is declared beside
+each reason code (``placement.STOPPING_HELPS``: :data:`RELEASE`, :data:`ROOM` or
+:data:`UNRESOLVABLE`), as kube-scheduler's filters return ``Unschedulable`` or
+``UnschedulableAndUnresolvable`` beside their reason.
+
 Ties: fewest servers, then the least requested resources (cpu, memory, then the others by name),
 then the server names, so the answer is stable.  There is no way out (None) when a holder is not
 one of the user's own servers (a Job's pod, another user's or another namespace's pod), when the
-volume is pinned by an attachment only (a detach in progress: waiting is the way), or when the
-reason is one that stopping servers cannot change (a split attachment, a volume bound to the node,
-a node that is gone, a home being moved).
+volume is pinned by an attachment only (a detach in progress: waiting is the way), or when a
+reason is :data:`UNRESOLVABLE` (a split attachment, a volume bound to the node, a node that is
+gone, a home being moved).
 
 The move off a premium node (:func:`premium_rides`): once the user's GPU lab has stopped, the
 servers of the user that rode along on its node keep that node running; they are listed so that
@@ -26,7 +31,7 @@ one click restarts them elsewhere.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from . import fit
@@ -46,17 +51,18 @@ from .objects import (
 )
 from .state import ClusterState
 
-#: reasons that stopping the user's servers cannot change
-NO_WAY_OUT_REASONS = frozenset(
-    {
-        "split-attachment",
-        "volume-node-affinity",
-        "node-not-found",
-        "home-being-moved",
-    }
-)
-#: reasons about room on the pinned node: stopping some holders there may be enough
-CAPACITY_REASONS = frozenset({fit.TOO_MANY_PODS})
+# Whether stopping the user's own servers that hold the volume can let a refused server start:
+# one of these beside every reason code (placement.STOPPING_HELPS).
+#: the pinned node cannot take the server at all: stopping every holder releases the volume, and
+#: the server may then start on any node
+RELEASE = "release"
+#: the pinned node lacks room only: stopping some of the holders there may be enough (all of
+#: them release the volume)
+ROOM = "room"
+#: nothing the user stops changes it: waiting, or an administrator
+UNRESOLVABLE = "unresolvable"
+#: every answer to "can stopping servers help?"
+REMEDIES = (RELEASE, ROOM, UNRESOLVABLE)
 
 #: past this many holders, subsets are not enumerated (2**12 fit checks at most): all holders
 MAX_ENUMERATED_HOLDERS = 12
@@ -97,11 +103,6 @@ class StepFacts:
     not_started: tuple[str, ...] = ()
 
 
-def is_capacity_reason(code: str) -> bool:
-    """A reason about room on the node (which stopping pods there frees)."""
-    return code in CAPACITY_REASONS or fit.insufficient_resource(code) is not None
-
-
 def _resource_key(requests: Mapping[str, int]) -> tuple[int, ...]:
     """Requests as a tuple ordered cpu, memory, then the other resources by name."""
     others = sorted(r for r in requests if r not in ("cpu", "memory"))
@@ -130,7 +131,7 @@ def own_servers_only(holders: Iterable[Obj], username: str, label_value: str | N
 def way_out(
     pod: Obj,
     *,
-    reasons: Iterable[str],
+    remedies: Collection[str | None],
     holder_pods: Sequence[Obj],
     node_name: str | None,
     pinned_by_holders: bool,
@@ -141,12 +142,14 @@ def way_out(
 ) -> WayOut | None:
     """The smallest set of the user's own servers whose stop lets ``pod`` start, or None.
 
-    ``reasons`` are the refusal's codes; ``holder_pods`` the pods holding its exclusive claims
+    ``remedies`` say, for each of the refusal's reason codes, whether stopping servers can help
+    (:data:`REMEDIES`; None for a code without a declaration, which counts as :data:`RELEASE`);
+    ``holder_pods`` the pods holding its exclusive claims
     (all on ``node_name`` unless the claim is split); ``username`` defaults to the pod's own
     (KubeSpawner's annotation).
     """
-    codes = set(reasons)
-    if not codes or codes & NO_WAY_OUT_REASONS or not holder_pods or not pinned_by_holders:
+    helps = set(remedies)
+    if not helps or UNRESOLVABLE in helps or not holder_pods or not pinned_by_holders:
         return None
     username = username if username is not None else pod_user(pod)
     if not username or not own_servers_only(holder_pods, username, label_value):
@@ -155,7 +158,7 @@ def way_out(
     everyone = sorted(holder_pods, key=lambda p: _order_key([p], state.requests_of))
     all_of_them = WayOut(tuple(sorted(pod_server(p) for p in everyone)), start)
     node = state.nodes.get(node_name) if state.nodes is not None and node_name else None
-    if not all(is_capacity_reason(c) for c in codes) or node is None:
+    if helps != {ROOM} or node is None:
         return all_of_them
     if len(everyone) > MAX_ENUMERATED_HOLDERS:
         return all_of_them

@@ -271,3 +271,62 @@ def test_the_home_is_released_once_the_stopped_servers_are_gone_and_detached(
         pods, attached, claims=[HOME], stopped=stopped, all_holders=all_holders, node="cpu-1"
     )
     assert released is expect
+
+
+# --------------------------------------------------------------------------------------------------
+# whether stopping servers can help, declared beside every reason code (placement.STOPPING_HELPS)
+
+
+def test_every_reason_code_declares_whether_stopping_servers_can_help():
+    from nebari_colocate.placement import REASON_CODES, STOPPING_HELPS
+    from nebari_colocate.wayout import REMEDIES
+
+    assert sorted(STOPPING_HELPS) == sorted(REASON_CODES)
+    assert set(STOPPING_HELPS.values()) <= set(REMEDIES)
+
+
+@pytest.mark.parametrize(
+    "test_variation_id, code, expect",
+    [
+        ("a-cordon-is-left-by-stopping-every-holder", "node-unschedulable", "release"),
+        ("any-resource-is-room-on-the-node", "insufficient:example.com/fpga", "room"),
+        ("a-pod-count-is-room-on-the-node", "too-many-pods", "room"),
+        ("a-split-volume-needs-an-administrator", "split-attachment", "unresolvable"),
+        ("the-volumes-own-node-affinity-is-no-stop-away", "volume-node-affinity", "unresolvable"),
+        ("a-scheduler-fragment-that-is-no-reason-code", "insufficient", None),
+        ("a-code-from-the-future", "a-code-from-the-future", None),
+        ("no-cause-at-all", None, None),
+    ],
+)
+def test_what_stopping_servers_can_do_is_read_from_the_code(test_variation_id, code, expect):
+    from nebari_colocate.placement import stopping_helps
+
+    assert stopping_helps(code) == expect
+
+
+@pytest.mark.parametrize(
+    "code, expect_stop",
+    [
+        ("node-selector", ("app",)),
+        ("premium-node", ("app",)),
+        ("volume-node-affinity", None),
+        ("split-attachment", None),
+        ("node-not-found", None),
+        ("home-being-moved", None),
+    ],
+)
+def test_a_way_out_is_offered_only_for_a_code_stopping_servers_can_change(code, expect_stop):
+    from nebari_colocate.placement import stopping_helps
+    from nebari_colocate.wayout import way_out
+
+    holders = [server("app")]
+    found = way_out(
+        gpu_lab(),
+        remedies=[stopping_helps(code)],
+        holder_pods=holders,
+        node_name="cpu-1",
+        pinned_by_holders=True,
+        state=state(node("cpu-1"), pvc(HOME), *holders),
+        namespace="jhub",
+    )
+    assert (found.stop if found else None) == expect_stop, code
