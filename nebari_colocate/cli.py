@@ -297,6 +297,8 @@ def _denied_notes(denied: Iterable[tuple[str, str]], nodes_cost: str) -> list[st
         view.ATTACHMENTS_LIST: messages.ATTACHMENTS_COST,
         view.ALL_PODS_LIST: messages.NODE_PODS_COST,
         view.PVS_GET: messages.PVS_COST,
+        view.PRIORITY_CLASSES_LIST: messages.PRIORITY_CLASSES_COST,
+        view.PDBS_LIST: messages.PDBS_COST,
     }
     return [messages.denied_read_note(verb, what, costs.get((verb, what))) for verb, what in denied]
 

@@ -1674,6 +1674,11 @@ NODES_COST_AUDIT = (
 NODE_PODS_COST = "node headroom counts this namespace's pods only"
 ATTACHMENTS_COST = "a volume still attached to a node after its last server stopped is not seen"
 PVS_COST = "a volume's node affinity is not checked"
+PRIORITY_CLASSES_COST = (
+    "a pod's priority is taken from its spec alone (0 without one): preemption on the pinned "
+    "node may be missed"
+)
+PDBS_COST = "preemption's victims are chosen as if no PodDisruptionBudget existed"
 
 #: migrate called without the users it needs, or with both users and --all
 MIGRATE_APPLY_WHOM = "migrate apply: name the users to move, or pass --all"

@@ -90,7 +90,9 @@ def observe_decision(decision: Decision, seconds: float, *, safe_side: bool = Fa
     for code in decision.reasons:
         m["reasons"].labels(verdict=decision.verdict, kind="reason", reason=code).inc()
     for code in decision.warnings:
-        m["reasons"].labels(verdict=decision.verdict, kind="warning", reason=code).inc()
+        # preempts:<n> counts once as "preempts" (a label value per n would only add series)
+        reason = "preempts" if code.startswith("preempts:") else code
+        m["reasons"].labels(verdict=decision.verdict, kind="warning", reason=reason).inc()
     if safe_side:
         m["safe_side"].inc()
     m["check_seconds"].observe(seconds)

@@ -233,16 +233,13 @@ def _judge_pinned_node(
                 exclude=own_key,
                 holders=holding,
             )
-        if decision.preemption is not None and not decision.preemption.holders:
-            decision.warnings.append(preemption.preempts(len(decision.preemption.victims)))
-            decision.notes.append(
-                f"preempts on {node_name}: {', '.join(decision.preemption.victim_keys)}"
-            )
-        else:
+        taken = decision.preemption
+        if taken is None or taken.holders:
             decision.reasons.extend(decision.fit.reasons)
-        if decision.preemption is not None and decision.preemption.holders:
-            names = ", ".join(sorted(meta(h).get("name", "") for h in decision.preemption.holders))
-            decision.notes.append(f"fits on {node_name} only by preempting its holders: {names}")
+        else:
+            decision.warnings.append(preemption.preempts(len(taken.victims)))
+        if taken is not None:
+            decision.notes.append(taken.note)
         premium = bool(fit.offered(node, policy.premium_resources))
         if not state.node_pods_complete:
             decision.notes.append(f"pods of other namespaces on {node_name} were not readable")

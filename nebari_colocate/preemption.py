@@ -276,6 +276,14 @@ class Preemption:
     def victim_keys(self) -> list[str]:
         return sorted(_key(v) for v in self.victims)
 
+    @property
+    def note(self) -> str:
+        """The fact for the hub log: what is preempted, or which holders it would take."""
+        if self.holders:
+            names = ", ".join(sorted(meta(h).get("name", "") for h in self.holders))
+            return f"fits on {self.node} only by preempting its holders: {names}"
+        return f"preempts on {self.node}: {', '.join(self.victim_keys)}"
+
     def as_json(self) -> JsonDict:
         return {
             "node": self.node,

@@ -37,6 +37,8 @@ CLASSES = {
     "agreement-high-never": (100, PREEMPT_NEVER),
 }
 PLACEHOLDER_LABELS = {"component": "user-placeholder"}
+#: on every other placeholder: what the PDB selects (so that it decides which of them go)
+COVERED = {"agreement.nebari.dev/pdb": "covered"}
 NOMINEE = "nominee"
 NOMINEE_VICTIM = "nominee-victim"
 #: on the nominee's victim: it stays terminating, so the nominee stays nominated
@@ -137,7 +139,7 @@ def add(scenario, seed: int, index: int, make_pod, pod_spec_cls) -> Extras | Non
                 f"placeholder-{k}",
                 scenario.namespace,
                 target.name,
-                dict(PLACEHOLDER_LABELS),
+                {**PLACEHOLDER_LABELS, **(COVERED if k % 2 == 0 else {})},
                 {"containers": [container("pause", image="pause", requests={"cpu": f"{cpu}m"})]},
             )
             _set_class(manifest, "agreement-placeholder")
@@ -147,7 +149,10 @@ def add(scenario, seed: int, index: int, make_pod, pod_spec_cls) -> Extras | Non
                 "apiVersion": "policy/v1",
                 "kind": "PodDisruptionBudget",
                 "metadata": {"name": "user-placeholder", "namespace": scenario.namespace},
-                "spec": {"minAvailable": 0, "selector": {"matchLabels": PLACEHOLDER_LABELS}},
+                "spec": {
+                    "minAvailable": 0,
+                    "selector": {"matchLabels": {**PLACEHOLDER_LABELS, **COVERED}},
+                },
             }
             extras.disruptions_allowed = _pick(rng, {0: 2, 1: 2, 2: 1})
     else:

@@ -432,3 +432,29 @@ def test_a_nominated_pod_is_indexed_by_its_node_until_it_is_bound():
     assert snapshot.pods_nominated_to("cpu-1") == (waiting,)
     bound = with_status(other("jupyter-bob", 0, "2"), nominatedNodeName="cpu-1")
     assert state(node("cpu-1"), bound).pods_nominated_to("cpu-1") == ()
+
+
+def test_a_preempting_decision_counts_once_as_the_preempts_warning_in_the_metrics():
+    from prometheus_client import REGISTRY
+
+    from nebari_colocate import metrics
+
+    name = "nebari_colocate_decision_reasons_total"
+    labels = {"verdict": "colocate", "kind": "warning", "reason": "preempts"}
+    before = REGISTRY.get_sample_value(name, labels) or 0.0
+    placeholders = (other("placeholder-0", -10, "1500m"), other("placeholder-1", -10, "1500m"))
+    full = state(node("cpu-1"), lab(cpu="500m"), *placeholders)
+    decision = decide(app(requests={"cpu": "3"}), full, Policy())
+    assert decision.warnings == ["preempts:2"]
+    metrics.observe_decision(decision, 0.01)
+    assert REGISTRY.get_sample_value(name, labels) == before + 1
+    assert REGISTRY.get_sample_value(name, {**labels, "reason": "preempts:2"}) is None
+
+
+def test_a_refused_read_of_priority_classes_or_pdbs_says_what_it_costs():
+    from nebari_colocate import cli, view
+
+    notes = cli._denied_notes([view.PRIORITY_CLASSES_LIST, view.PDBS_LIST], "")
+    assert len(notes) == 2
+    assert all("403 Forbidden" in n and "not read;" not in n for n in notes)
+    assert "priority" in notes[0] and "PodDisruptionBudget" in notes[1]
