@@ -23,7 +23,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from nebari_colocate import fit
+from nebari_colocate import fit, quantity
 from nebari_colocate.preemption import PREEMPT_NEVER
 from tests.support.builders import container
 
@@ -90,7 +90,7 @@ def _free_cpu(node, pods: list) -> int:
         if p.manifest["spec"].get("nodeName") == node.name
         and p.phase not in ("Succeeded", "Failed")
     )
-    return fit.scheduler_units("cpu", node.cpu) - used
+    return quantity.scheduler_units("cpu", node.cpu) - used
 
 
 def _friendly(new_pod: dict) -> None:

@@ -157,3 +157,19 @@ def test_preemption_verdicts_are_judged_against_the_decision(
     )
     agree, why = judge(decision, app(), snapshot, "cpu-1", said, detail)
     assert agree is expect_agree, why
+
+
+def test_the_ci_scenarios_carry_priorities_of_every_kind():
+    """The generator runs without a cluster (pure): seed 1's 200 scenarios (the CI set) carry
+    placeholders, PDBs, nominated pods and preemptionPolicy Never."""
+    from benchmarks.agreement.scenarios import generate
+
+    scenarios = [generate(1, i, "t") for i in range(200)]
+    extras = [s.extras for s in scenarios if s.extras is not None]
+    assert 60 <= len(extras) <= 110
+    assert any(e.nominee is not None for e in extras)
+    assert any(e.pdb is not None for e in extras)
+    names = {p.manifest["metadata"]["name"] for s in scenarios for p in s.pods}
+    assert "placeholder-0" in names
+    classes = {s.new_pod["spec"].get("priorityClassName") for s in scenarios}
+    assert {"agreement-never", "agreement-high"} <= classes
