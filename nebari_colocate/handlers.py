@@ -53,12 +53,14 @@ from .config import jupyterhub_value
 from .objects import GPU_RESOURCES
 from .release import HomeRelease
 from .wayout import (
+    LEFT_BEHIND,
     STILL_RUNNING,
     STOP_ERROR,
     TOO_SLOW,
     StepFacts,
     home_holders,
     home_released,
+    left_behind,
 )
 
 #: the handler's path under the hub's base URL: user, then server ("" for the default server)
@@ -148,6 +150,9 @@ async def take_way_out(
             node=blockers.get("node"),
             deadline=deadline,
         ):
+            await _unless_left_behind(
+                spawner, claims, stop, blockers.get("node"), WayOutFailed, words
+            )
             raise WayOutFailed(
                 504, RELEASE_TIMEOUT, **words, seconds=spawner.way_out_release_timeout
             )
@@ -188,6 +193,7 @@ async def move_off_premium(
         if not await _released(
             spawner, claims, servers, all_holders=True, node=node, deadline=deadline
         ):
+            await _unless_left_behind(spawner, claims, servers, node, MoveFailed, words)
             raise MoveFailed(504, RELEASE_TIMEOUT, **words, seconds=spawner.way_out_release_timeout)
     # every one is started, whatever the others do: a server stopped for the move and left
     # stopped is the worse outcome
@@ -323,6 +329,29 @@ async def _released(
     except asyncio.TimeoutError:
         return False
     return True
+
+
+async def _unless_left_behind(
+    spawner: Any,
+    claims: list[str],
+    stopped: Sequence[str],
+    node: str | None,
+    failure: type[_StepFailed],
+    words: dict[str, Any],
+) -> None:
+    """After a release that did not come: the stopped servers whose pods still hold the home
+    did not stop, whatever JupyterHub says (its ``User.stop`` forgets a server whose stop
+    failed, and ``stop_single_user`` swallows the error): ``failure`` stop-failed with those
+    facts.  Nothing when none is left (the attachment alone is late: release-timeout)."""
+    try:
+        pods, _ = await HomeRelease(spawner, claims, node).look()
+    except Exception:  # (HomeRelease.look logs its own read errors and answers the view's)
+        return
+    still = left_behind(pods, claims, stopped)
+    if still:
+        done = tuple(name for name in stopped if name not in still)
+        facts = StepFacts(stopped=done, not_stopped=still, why=LEFT_BEHIND)
+        raise failure(500, STOP_FAILED, **words, facts=facts)
 
 
 def _options(spawner: Any) -> dict[str, Any]:

@@ -1791,12 +1791,19 @@ OUTCOME_WORDS: dict[str, OutcomeWords] = {
 
 #: a move whose stops all failed: nothing to start again
 MOVE_NOTHING_STOPPED = "{did_not_stop}. Try the move again in a minute."
+#: a stop JupyterHub gave up on: it shows the server stopped, its pod is still there
+LEFT_BEHIND_WORDS = OutcomeWords(
+    "{did_not_stop}, so {started} was not started. An administrator can remove what is left "
+    "of {still}; then start {started} again.",
+    "{did_not_stop}. An administrator can remove what is left of {still}; then try the move again.",
+)
 
 #: why a server did not stop (``wayout.StepFacts.why``)
 STOP_FAILURES = {
     "still-running": "it is still running",
     "too-slow": "it took too long",
     "error": "the hub log says why",
+    "left-behind": "JupyterHub gave up stopping it, and it still holds your home volume",
 }
 
 #: an outcome without words names itself
@@ -1860,7 +1867,9 @@ def outcome_text(
     shown = stopped
     if outcome in ("stop-failed", "release-timeout"):
         shown = known.stopped
-        if family == "move" and outcome == "stop-failed" and not shown:
+        if outcome == "stop-failed" and known.why == "left-behind":
+            template = getattr(LEFT_BEHIND_WORDS, family)
+        elif family == "move" and outcome == "stop-failed" and not shown:
             template = MOVE_NOTHING_STOPPED
     elif outcome == "start-failed" and family == "move":
         shown = known.not_started

@@ -82,8 +82,11 @@ class WayOut:
 
 #: why a server the way out or the move stopped did not stop (:attr:`StepFacts.why`): JupyterHub's
 #: stop ended and the server is still running; the stop took longer than the wait allows; the
-#: stop raised an error (the hub log has it)
+#: stop raised an error (the hub log has it); JupyterHub's stop gave up and forgot the server
+#: while its pod still holds the home (JupyterHub's ``User.stop`` clears a server whose stop
+#: failed)
 STILL_RUNNING, TOO_SLOW, STOP_ERROR = "still-running", "too-slow", "error"
+LEFT_BEHIND = "left-behind"
 
 
 @dataclass(frozen=True)
@@ -95,7 +98,8 @@ class StepFacts:
     stopped: tuple[str, ...] = ()
     #: still running: the server whose stop failed first, then those it did not try to stop
     not_stopped: tuple[str, ...] = ()
-    #: why the first of ``not_stopped`` did not stop (STILL_RUNNING, TOO_SLOW, STOP_ERROR)
+    #: why the first of ``not_stopped`` did not stop (STILL_RUNNING, TOO_SLOW, STOP_ERROR,
+    #: LEFT_BEHIND)
     why: str = ""
     #: started again by it (a move), running now
     running: tuple[str, ...] = ()
@@ -193,6 +197,18 @@ def home_holders(
     held = holders(pods, claims)
     own = sorted(pod_server(p) for p in held if is_server(p) and owned_by(p, username, label_value))
     return tuple(own), len(held) - len(own)
+
+
+def left_behind(
+    pods: Iterable[Obj], claims: Iterable[str], stopped: Iterable[str]
+) -> tuple[str, ...]:
+    """The servers of ``stopped`` whose pods still hold ``claims``, sorted."""
+    gone = set(stopped)
+    return tuple(
+        sorted(
+            {pod_server(p) for p in holders(pods, claims) if is_server(p) and pod_server(p) in gone}
+        )
+    )
 
 
 def home_released(

@@ -213,3 +213,49 @@ async def test_a_way_out_that_stops_one_of_two_servers_says_which_on_the_hubs_er
             stuck, kube.namespace, {"metadata": {"finalizers": None}}
         )
     assert hub.hub.alive()
+
+
+async def test_a_server_jupyterhub_gave_up_stopping_is_named_as_left_behind_not_as_stopped(
+    kube, start_hub
+):
+    """KubeSpawner's stop gives up after ``start_timeout`` on a pod that does not go away;
+    JupyterHub then forgets the server (``User.stop`` clears it whatever the stop did, and
+    ``stop_single_user`` swallows the error), so the way out cannot tell from JupyterHub that
+    it did not stop: the pods still holding the home after the wait say it."""
+    await cpu_and_gpu_nodes(kube)
+    hub = await start_hub(
+        profile_list=[CPU_PROFILE, GPU_PROFILE],
+        start_timeout=12,
+        spawner={"refusal_hold_seconds": 5, "way_out_release_timeout": 40},
+        way_out_handler=True,
+    )
+    await kube.create_bound_claim("claim-alice")
+    await hub.create_user("alice")
+    await hub.start_server("alice", "dash", {"profile": "cpu"})
+    await hub.start_server("alice", "pandas-app", {"profile": "cpu"})
+    stuck = (await user_pods(kube, "alice"))["pandas-app"]["metadata"]["name"]
+    await kube.core.patch_namespaced_pod(
+        stuck, kube.namespace, {"metadata": {"finalizers": [STUCK]}}
+    )
+    alice = await session_of(hub, "alice")
+    try:
+        way_out = await refused_with_way_out(hub, "alice", "", {"profile": "gpu"})
+        assert way_out == {"stop": ["dash", "pandas-app"], "start": ""}
+        status, _, body = await post_way_out(hub, alice, "alice", "", ["dash", "pandas-app"])
+        assert status == 500, body
+        page = html.unescape(body)
+        print(f"the hub's error page: {page[page.find('dash') - 1 :][:300]}")
+        assert (
+            "'dash' stopped, but 'pandas-app' did not stop (JupyterHub gave up stopping it, and "
+            "it still holds your home volume), so your default server was not started. An "
+            "administrator can remove what is left of 'pandas-app'; then start your default "
+            "server again."
+        ) in page
+        assert (await hub.server_model("alice", "pandas-app") or {}).get("ready") is not True
+        assert set(await user_pods(kube, "alice")) == {"pandas-app"}
+    finally:
+        await alice.close()
+        await kube.core.patch_namespaced_pod(
+            stuck, kube.namespace, {"metadata": {"finalizers": None}}
+        )
+    assert hub.hub.alive()

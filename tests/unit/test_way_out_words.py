@@ -15,7 +15,15 @@ import time
 import pytest
 
 from nebari_colocate import handlers, messages
-from nebari_colocate.wayout import STILL_RUNNING, STOP_ERROR, TOO_SLOW, StepFacts
+from nebari_colocate.wayout import (
+    LEFT_BEHIND,
+    STILL_RUNNING,
+    STOP_ERROR,
+    TOO_SLOW,
+    StepFacts,
+    left_behind,
+)
+from tests.support import builders
 
 NAMES = {"": "JupyterLab", "pandas-app": "Pandas App", "b": "B <b>"}
 SHAPES = {
@@ -363,6 +371,22 @@ FACT_ROWS = [
         id="way-out-stopped-one-of-two-an-error-named-in-the-log-only",
     ),
     pytest.param(
+        "way-out",
+        "stop-failed",
+        StepFacts(stopped=("",), not_stopped=("b",), why=LEFT_BEHIND),
+        "",
+        "'JupyterLab' stopped, but 'B <b>' did not stop (JupyterHub gave up stopping it, and it still holds your home volume), so 'Pandas App' was not started. An administrator can remove what is left of 'B <b>'; then start 'Pandas App' again.",
+        id="way-out-jupyterhub-gave-up-on-one-of-two",
+    ),
+    pytest.param(
+        "move",
+        "stop-failed",
+        StepFacts(stopped=("",), not_stopped=("b",), why=LEFT_BEHIND),
+        "",
+        "'JupyterLab' stopped, but 'B <b>' did not stop (JupyterHub gave up stopping it, and it still holds your home volume). An administrator can remove what is left of 'B <b>'; then try the move again.",
+        id="move-jupyterhub-gave-up-on-one-of-two",
+    ),
+    pytest.param(
         "move",
         "stop-failed",
         StepFacts(stopped=("",), not_stopped=("b",), why=STILL_RUNNING),
@@ -603,3 +627,35 @@ async def test_a_stop_that_fails_part_way_gives_which_stopped_which_did_not_and_
     assert (facts.stopped, facts.not_stopped, facts.why) == expect
     assert "RuntimeError" not in failed.value.jupyterhub_message
     assert "still running" not in failed.value.jupyterhub_message or expect[2] == STILL_RUNNING
+
+
+def alice_pod(server: str, **kwargs) -> dict:
+    """alice's server ``server`` on cpu-1, mounting her home."""
+    kwargs.setdefault("phase", "Running")
+    return builders.pod(
+        f"jupyter-alice--{server}",
+        node_name="cpu-1",
+        user="alice",
+        server=server,
+        claims=["claim-alice"],
+        **kwargs,
+    )
+
+
+@pytest.mark.parametrize(
+    "test_variation_id, pods, expect",
+    [
+        ("both gone", [], ()),
+        ("the second's pod still holds the home", [alice_pod("b")], ("b",)),
+        (
+            "a terminating pod still holds it; a finished one does not",
+            [alice_pod("a", deleting=True), alice_pod("b", phase="Succeeded")],
+            ("a",),
+        ),
+        ("a pod of a server not stopped is not left behind", [alice_pod("c")], ()),
+    ],
+)
+def test_the_stopped_servers_whose_pods_still_hold_the_home_are_left_behind(
+    test_variation_id, pods, expect
+):
+    assert left_behind(pods, ["claim-alice"], ["a", "b"]) == expect
