@@ -117,7 +117,7 @@ class Run(_cluster.SpawnerRun):
         from nebari_colocate.handlers import take_way_out
 
         namespace, holder, blocked = await self.blocked(case, "way-out")
-        stop = blocked.colocation_failure["way_out"]["stop"]
+        stop = list(blocked.colocation_failure.way_out.stop)
         if stop != [holder.name]:
             raise SystemExit(f"{case}: unexpected way out {stop}")
         stopped: set[str] = set()

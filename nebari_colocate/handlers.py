@@ -51,6 +51,7 @@ from traitlets.config import Config
 from . import messages, metrics
 from .config import jupyterhub_value
 from .objects import GPU_RESOURCES
+from .refusal import Refusal, WayOutBlockers
 from .release import HomeRelease
 from .wayout import (
     LEFT_BEHIND,
@@ -141,13 +142,12 @@ async def take_way_out(
         blockers = _recheck(spawner, stop, is_running, words)
         deadline = time.monotonic() + spawner.way_out_release_timeout
         await _stop_all(stop, stop_server, deadline, lambda **kw: WayOutFailed(**kw, **words))
-        claims = blockers["claims"]
         if not await _released(
             spawner,
-            claims,
+            list(blockers.claims),
             stop,
-            all_holders=set(stop) >= set(blockers["servers"]),
-            node=blockers.get("node"),
+            all_holders=set(stop) >= set(blockers.servers),
+            node=blockers.node,
             deadline=deadline,
         ):
             await _unless_left_behind(
@@ -239,24 +239,22 @@ async def _user_lock(
 
 def _recheck(
     spawner: Any, stop: tuple[str, ...], is_running: Callable[[str], bool], words: dict[str, Any]
-) -> dict[str, Any]:
+) -> WayOutBlockers:
     """The refusal's blockers, if they are still what blocks the start; else 409."""
-    failure = spawner.colocation_failure or {}
-    way_out = failure.get("way_out")
-    blockers = failure.get("way_out_blockers")
-    if not way_out or not blockers or tuple(way_out.get("stop") or ()) != stop or not stop:
+    failure: Refusal | None = spawner.colocation_failure
+    way_out = failure.way_out if failure is not None else None
+    blockers = failure.blockers if failure is not None else None
+    if way_out is None or blockers is None or tuple(way_out.stop) != stop or not stop:
         raise WayOutFailed(409, STALE, **words)
     if not all(is_running(name) for name in stop):
         raise WayOutFailed(409, STALE, **words)
+    claims = list(blockers.claims)
     now = home_holders(
-        spawner.home_pods(blockers["claims"]),
-        blockers["claims"],
-        spawner.user.name,
-        spawner.colocation_label_value,
+        spawner.home_pods(claims), claims, spawner.user.name, spawner.colocation_label_value
     )
-    if now != (tuple(blockers["servers"]), 0):
+    if now != (blockers.servers, 0):
         raise WayOutFailed(409, STALE, **words)
-    return dict(blockers)
+    return blockers
 
 
 class StillRunning(Exception):

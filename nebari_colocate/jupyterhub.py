@@ -25,6 +25,8 @@ from typing import TYPE_CHECKING, Any
 import jupyterhub
 from tornado import web
 
+from .refusal import Refusal
+
 if TYPE_CHECKING:
     from .events import EventVerdict
     from .placement import Decision
@@ -50,10 +52,10 @@ class ColocationRefused(_RefusalBase):  # type: ignore[misc]  # JupyterHub ships
     ``consecutive_failure_limit``.  JupyterHub 5: a 400 HTTPError carrying ``jupyterhub_message``
     / ``jupyterhub_html_message``; its REST API answers with ``log_message % args`` and ignores
     ``jupyterhub_message``, so the HTTPError's own message is the user text (it never names
-    another user's pods).  The operator line is kept in ``operator_line``.  ``decision`` is set
-    for pre-spawn refusals, ``event_verdict`` for spawns ended by pod events; ``way_out`` is the
-    decision's (or the event verdict's) way out as JSON (``docs/decisions.md``, "The way
-    out"), or None.
+    another user's pods).  ``refusal`` is the one record of it every surface renders
+    (:class:`nebari_colocate.refusal.Refusal`); ``operator_line``, ``decision``,
+    ``event_verdict`` and ``way_out`` (as JSON, ``docs/decisions.md``, "The way out") are read
+    from it.
     """
 
     def __init__(
@@ -73,15 +75,15 @@ class ColocationRefused(_RefusalBase):  # type: ignore[misc]  # JupyterHub ships
             super().__init__(400, "%s", message, reason="colocation")
             self.message = message
             self.message_html = html
+        self.refusal = Refusal(
+            message, html, log_message, decision=decision, event_verdict=event_verdict
+        )
         self.operator_line = log_message
         self.decision = decision
         self.event_verdict = event_verdict
         #: the way out (``WayOut.as_json()``: the user's own servers to stop, then the server to
         #: start), or None; the progress stream's refusal event carries it for other front ends
-        found = decision.way_out if decision is not None else None
-        if found is None and event_verdict is not None:
-            found = event_verdict.way_out
-        self.way_out = found.as_json() if found is not None else None
+        self.way_out = self.refusal.way_out_json()
         self.jupyterhub_message = message
         self.jupyterhub_html_message = html
 

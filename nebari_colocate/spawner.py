@@ -24,7 +24,7 @@ import contextlib
 import json
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from types import SimpleNamespace
 from typing import Any, ClassVar, NoReturn
@@ -114,6 +114,7 @@ from .objects import (
 )
 from .placement import COLOCATE, REFUSE, SKIP, Decision, Policy, decide, safe_side
 from .pod_scheduling import confirmed, read_pod, reflected_pod
+from .refusal import Refusal, WayOutBlockers
 from .shared_reflector import (
     PodWatchUnavailable,
     SharedPodReflector,
@@ -439,9 +440,9 @@ class ColocatingKubeSpawner(KubeSpawner):  # type: ignore[misc]  # KubeSpawner s
         self._api_fault_sweep: asyncio.Future[None] | None = None
         #: the last connection error a retried API call of this spawn met (None: none)
         self._connection_error: BaseException | None = None
-        #: the last refusal of this server, {"message", "html"}, until its next start (the home
-        #: page nebari-colocate installs for jhub-apps shows it)
-        self.colocation_failure: dict[str, Any] | None = None
+        #: the last refusal of this server, until its next start (the home page nebari-colocate
+        #: installs for jhub-apps shows its ``html``; the way out re-checks its ``blockers``)
+        self.colocation_failure: Refusal | None = None
         #: seconds of the last check, the dry run's API round trip apart (benchmarks read it)
         self.colocation_timings: dict[str, float] = {}
         #: for the next start only, set by the move off a premium node (nebari_colocate.handlers):
@@ -1194,23 +1195,19 @@ class ColocatingKubeSpawner(KubeSpawner):  # type: ignore[misc]  # KubeSpawner s
         path = url_path_join(base, "colocate/way-out", url_escape_path(self.user.name))
         return f"{path}/{url_escape_path(self.name or '')}"
 
-    def _remember(self, refusal: ColocationRefused) -> None:
-        self.colocation_failure = {
-            "message": refusal.jupyterhub_message,
-            "html": refusal.jupyterhub_html_message,
-        }
-        way_out = getattr(refusal, "way_out", None)
-        decision = getattr(refusal, "decision", None)
+    def _remember(self, refused: ColocationRefused) -> None:
+        """Keep the refusal as ``colocation_failure``, with what the way out re-checks before it
+        stops anything (nebari_colocate.handlers) when there is a way out."""
+        refusal: Refusal = refused.refusal
+        way_out, decision = refusal.way_out, refusal.decision
+        blockers = None
         if way_out is not None and decision is not None:
-            self.colocation_failure["way_out"] = way_out
-            # what the way out re-checks before it stops anything (nebari_colocate.handlers)
-            self.colocation_failure["way_out_blockers"] = {
-                "claims": sorted(decision.claims),
-                "node": decision.node,
-                "servers": sorted(pod_server(p) for p in decision.holder_pods),
-            }
-        verdict = getattr(refusal, "event_verdict", None)
-        placed = self._colocation_decision if verdict is not None else None
+            blockers = WayOutBlockers(
+                claims=tuple(sorted(decision.claims)),
+                node=decision.node,
+                servers=tuple(sorted(pod_server(p) for p in decision.holder_pods)),
+            )
+        placed = self._colocation_decision if refusal.event_verdict is not None else None
         if way_out is not None and placed is not None:
             # A spawn ended by its pod's events: the holders are those servers, wherever the
             # volume is attached now (the node of their pods).
@@ -1218,15 +1215,15 @@ class ColocatingKubeSpawner(KubeSpawner):  # type: ignore[misc]  # KubeSpawner s
             nodes = {
                 ((p.get("spec") or {}).get("nodeName") or "")
                 for p in self.home_pods(claims)
-                if pod_server(p) in set(way_out["stop"])
+                if pod_server(p) in set(way_out.stop)
             }
             nodes.discard("")
-            self.colocation_failure["way_out"] = way_out
-            self.colocation_failure["way_out_blockers"] = {
-                "claims": claims,
-                "node": nodes.pop() if len(nodes) == 1 else placed.node,
-                "servers": list(way_out["stop"]),
-            }
+            blockers = WayOutBlockers(
+                claims=tuple(claims),
+                node=nodes.pop() if len(nodes) == 1 else placed.node,
+                servers=tuple(way_out.stop),
+            )
+        self.colocation_failure = replace(refusal, blockers=blockers)
 
     # ------------------------------------------------------------------------------------------
     # what the way out reads (nebari_colocate.handlers)
@@ -1721,7 +1718,7 @@ class ColocatingKubeSpawner(KubeSpawner):  # type: ignore[misc]  # KubeSpawner s
                     "message": held.jupyterhub_message,
                     "html_message": held.jupyterhub_html_message,
                     # for front ends other than JupyterHub's pages (docs/surfaces.md)
-                    "way_out": getattr(held, "way_out", None),
+                    "way_out": held.way_out,
                 }
             verdict = self.classify_events() if self._colocation_decision is not None else None
             words = messages.event_text(verdict) if verdict is not None else ""

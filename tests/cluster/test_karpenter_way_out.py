@@ -66,7 +66,7 @@ async def test_the_way_out_stops_the_app_the_volume_detaches_and_the_lab_runs_on
     with pytest.raises(ColocationRefused) as refused:
         await spawners.start(lab)
     assert refused.value.decision.reasons == ["insufficient:nvidia.com/gpu"]
-    assert lab.colocation_failure["way_out"] == {"stop": ["app"], "start": ""}
+    assert lab.colocation_failure.way_out_json() == {"stop": ["app"], "start": ""}
 
     stop_server, stopped = stopper(app)
     clicked = time.perf_counter()

@@ -179,9 +179,9 @@ async def test_fail_fast_ends_the_spawn_on_the_real_event_naming_the_users_serve
     shown = refused.value.jupyterhub_html_message
     assert 'class="colocate-way-out-form"' in shown and 'name="stop" value="pandas-app"' in shown
     assert 'colocate/way-out/alice/"' in shown  # the hub's base URL, then the handler
-    blockers = lab.colocation_failure["way_out_blockers"]
-    assert blockers["servers"] == ["pandas-app"] and "claim-alice" in blockers["claims"]
-    assert blockers["node"] == "node-b", blockers  # where the app holds the home
+    blockers = lab.colocation_failure.blockers
+    assert blockers.servers == ("pandas-app",) and "claim-alice" in blockers.claims
+    assert blockers.node == "node-b", blockers  # where the app holds the home
     pods = await kube.core.list_namespaced_pod(kube.namespace)
     assert lab.pod_name not in {p.metadata.name for p in pods.items}
     print(f"real event, used by: {verdict.raw}; way out blockers: {blockers}")

@@ -67,7 +67,7 @@ async def test_a_way_out_that_stopped_one_of_two_servers_says_which_stopped_and_
     with pytest.raises(Exception) as refused:
         await spawners.start(lab)
     assert refused.value.decision.reasons == ["insufficient:cpu"]
-    assert lab.colocation_failure["way_out"] == {"stop": ["a-app", "b-app"], "start": ""}
+    assert lab.colocation_failure.way_out_json() == {"stop": ["a-app", "b-app"], "start": ""}
 
     stop_server, stopped = stopper(first, second)
     try:

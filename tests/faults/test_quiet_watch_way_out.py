@@ -71,7 +71,7 @@ async def test_the_way_out_on_a_silent_watch_stops_the_app_sees_the_release_and_
     refused = await hub.spawn(lab)
     assert not refused.started
     assert refused.error.decision.reasons == ["insufficient:cpu"]
-    assert lab.colocation_failure["way_out"] == {"stop": ["app"], "start": ""}
+    assert lab.colocation_failure.way_out_json() == {"stop": ["app"], "start": ""}
     view = lab.colocation_view()
     assert view.live and view.has_pod(hub.namespace, app.pod_name)
 

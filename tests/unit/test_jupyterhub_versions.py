@@ -119,9 +119,8 @@ def test_server_display_names(test_variation_id, spawner, expect):
     assert ColocatingKubeSpawner.server_display_names(spawner) == expect
 
 
-class _Refusal:
-    jupyterhub_message = "Your server 'x' cannot start: ..."
-    jupyterhub_html_message = "<div>...</div>"
+def _refusal():
+    return jh.ColocationRefused("Your server 'x' cannot start: ...", "<div>...</div>", "operator")
 
 
 def holding_spawner(hold: float, through_api: bool):
@@ -151,17 +150,19 @@ async def test_a_refusal_requested_through_the_rest_api_is_held_pending(
     test_variation_id, hold, through_api, expect_held
 ):
     spawner = holding_spawner(hold, through_api)
-    task = asyncio.ensure_future(ColocatingKubeSpawner._hold(spawner, _Refusal()))
+    refusal = _refusal()
+    task = asyncio.ensure_future(ColocatingKubeSpawner._hold(spawner, refusal))
     await asyncio.sleep(0.05)
     # While held, the progress stream has the reason; afterwards it is gone, the failure kept.
     assert (spawner._held_refusal is not None) is expect_held
     assert task.done() is not expect_held
     await task
     assert spawner._held_refusal is None
-    assert spawner.colocation_failure == {
-        "message": _Refusal.jupyterhub_message,
-        "html": _Refusal.jupyterhub_html_message,
-    }
+    kept = spawner.colocation_failure
+    assert (kept.message, kept.html) == (
+        refusal.jupyterhub_message,
+        refusal.jupyterhub_html_message,
+    )
 
 
 # --------------------------------------------------------------------------------------------------
@@ -218,4 +219,4 @@ async def test_the_refusal_event_of_the_progress_stream_carries_the_way_out(
 def test_the_remembered_failure_keeps_the_way_out_for_the_handler():
     spawner = SimpleNamespace(colocation_failure=None)
     ColocatingKubeSpawner._remember(spawner, way_out_refusal({"stop": ["a"], "start": "b"}))
-    assert spawner.colocation_failure["way_out"] == {"stop": ["a"], "start": "b"}
+    assert spawner.colocation_failure.way_out_json() == {"stop": ["a"], "start": "b"}

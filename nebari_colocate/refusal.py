@@ -1,0 +1,62 @@
+"""A refusal as one record every surface renders.  (pure)
+
+The check's refusal and a spawn ended by a hopeless pod event are both a :class:`Refusal`: the
+user's words as text and as HTML (``messages``), the hub log's line, the decision or the event
+verdict behind them, and, once the spawner kept it, what the way out re-checks before it stops
+anything (:class:`WayOutBlockers`).  JupyterHub's exception
+(:class:`nebari_colocate.jupyterhub.ColocationRefused`) carries it; the spawner keeps the last
+one as ``colocation_failure``, which the way out's handler (``handlers``) and the jhub-apps home
+page (``templates/jhub_apps/home.html``: ``colocation_failure.html``) read by attribute.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from .objects import JsonDict
+
+if TYPE_CHECKING:
+    from .events import EventVerdict
+    from .placement import Decision
+    from .wayout import WayOut
+
+
+@dataclass(frozen=True)
+class WayOutBlockers:
+    """What held the home when the server was refused: the way out stops nothing unless it
+    still does (``docs/decisions.md``, "The way out")."""
+
+    claims: tuple[str, ...]  # the exclusive claims of the refused server
+    node: str | None  # where the volume was held (None: not known)
+    servers: tuple[str, ...]  # the user's own servers holding it ("" the default server)
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """One refusal: what the user reads (``message``, and ``html``, escaped, with the way out's
+    form), the hub log's line, and the facts behind them (``decision`` for the check's refusal,
+    ``event_verdict`` for a spawn ended by pod events)."""
+
+    message: str
+    html: str
+    operator_line: str
+    decision: Decision | None = None
+    event_verdict: EventVerdict | None = None
+    #: set once the spawner kept the refusal and the way out can be re-checked; else None
+    blockers: WayOutBlockers | None = None
+
+    @property
+    def way_out(self) -> WayOut | None:
+        """The decision's (or the event verdict's) way out: the user's own servers to stop,
+        then the server to start; None when there is none."""
+        found = self.decision.way_out if self.decision is not None else None
+        if found is None and self.event_verdict is not None:
+            found = self.event_verdict.way_out
+        return found
+
+    def way_out_json(self) -> JsonDict | None:
+        """:attr:`way_out` as ``WayOut.as_json()`` (the progress stream's refusal event and
+        ``simulate --json`` carry it), or None."""
+        found = self.way_out
+        return found.as_json() if found is not None else None
