@@ -142,17 +142,16 @@ async def take_way_out(
         blockers = _recheck(spawner, stop, is_running, words)
         deadline = time.monotonic() + spawner.way_out_release_timeout
         await _stop_all(stop, stop_server, deadline, lambda **kw: WayOutFailed(**kw, **words))
+        claims = list(blockers.claims)
         if not await _released(
             spawner,
-            list(blockers.claims),
+            claims,
             stop,
             all_holders=set(stop) >= set(blockers.servers),
             node=blockers.node,
             deadline=deadline,
         ):
-            await _unless_left_behind(
-                spawner, claims, stop, blockers.get("node"), WayOutFailed, words
-            )
+            await _unless_left_behind(spawner, claims, stop, blockers.node, WayOutFailed, words)
             raise WayOutFailed(
                 504, RELEASE_TIMEOUT, **words, seconds=spawner.way_out_release_timeout
             )
