@@ -40,7 +40,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from jupyterhub.handlers import BaseHandler
 from jupyterhub.utils import exponential_backoff, url_escape_path, url_path_join
@@ -51,8 +51,9 @@ from traitlets.config import Config
 from . import messages, metrics
 from .config import jupyterhub_value
 from .objects import GPU_RESOURCES
-from .refusal import Refusal, WayOutBlockers
+from .refusal import WayOutBlockers
 from .release import HomeRelease
+from .seam import HandlerSpawner
 from .wayout import (
     LEFT_BEHIND,
     STILL_RUNNING,
@@ -63,6 +64,12 @@ from .wayout import (
     home_released,
     left_behind,
 )
+
+if TYPE_CHECKING:
+    from .spawner import ColocatingKubeSpawner
+
+    #: mypy checks that the spawner is what the steps below may ask of it
+    _CONFORMS: type[HandlerSpawner] = ColocatingKubeSpawner
 
 #: the handler's path under the hub's base URL: user, then server ("" for the default server)
 WAY_OUT_PATH = r"/colocate/way-out/([^/]+)/?([^/]*)"
@@ -125,7 +132,7 @@ class MoveFailed(_StepFailed):
 
 
 async def take_way_out(
-    spawner: Any,
+    spawner: HandlerSpawner,
     stop: Sequence[str],
     *,
     is_running: Callable[[str], bool],
@@ -162,7 +169,7 @@ async def take_way_out(
 
 
 async def move_off_premium(
-    spawner: Any,
+    spawner: HandlerSpawner,
     node: str,
     servers: Sequence[str],
     *,
@@ -219,12 +226,12 @@ async def move_off_premium(
 
 @contextlib.asynccontextmanager
 async def _user_lock(
-    spawner: Any, needs: str, failure: type[_StepFailed], words: dict[str, Any]
+    spawner: HandlerSpawner, needs: str, failure: type[_StepFailed], words: dict[str, Any]
 ) -> AsyncIterator[None]:
     """Hold the user's per-user lock (the spawner's) for the steps under it: 409 stale when
     ``spawner`` is not one of ours (no lock table, or no method ``needs``), 409 busy when the
     lock is not had within ``k8s_api_request_retry_timeout``."""
-    locks = getattr(type(spawner), "_colocation_locks", None)
+    locks = getattr(spawner, "colocation_locks", None)  # None: not a spawner of ours
     if locks is None or not hasattr(spawner, needs):
         raise failure(409, STALE, **words)
     username = spawner.user.name
@@ -237,10 +244,13 @@ async def _user_lock(
 
 
 def _recheck(
-    spawner: Any, stop: tuple[str, ...], is_running: Callable[[str], bool], words: dict[str, Any]
+    spawner: HandlerSpawner,
+    stop: tuple[str, ...],
+    is_running: Callable[[str], bool],
+    words: dict[str, Any],
 ) -> WayOutBlockers:
     """The refusal's blockers, if they are still what blocks the start; else 409."""
-    failure: Refusal | None = spawner.colocation_failure
+    failure = spawner.colocation_failure
     way_out = failure.way_out if failure is not None else None
     blockers = failure.blockers if failure is not None else None
     if way_out is None or blockers is None or tuple(way_out.stop) != stop or not stop:
@@ -288,7 +298,7 @@ async def _stop_all(
 
 
 async def _released(
-    spawner: Any,
+    spawner: HandlerSpawner,
     claims: list[str],
     stopped: Sequence[str],
     *,
@@ -329,7 +339,7 @@ async def _released(
 
 
 async def _unless_left_behind(
-    spawner: Any,
+    spawner: HandlerSpawner,
     claims: list[str],
     stopped: Sequence[str],
     node: str | None,
@@ -351,7 +361,7 @@ async def _unless_left_behind(
         raise failure(500, STOP_FAILED, **words, facts=facts)
 
 
-def _options(spawner: Any) -> dict[str, Any]:
+def _options(spawner: HandlerSpawner) -> dict[str, Any]:
     """The options a server was started with (profile, jhub-apps app options)."""
     stored = spawner.user_options or getattr(spawner.orm_spawner, "user_options", None) or {}
     return dict(stored)
@@ -544,15 +554,11 @@ class WayOutHandler(_ColocateHandler):
 
     @staticmethod
     async def _refusal_held(spawner: Any) -> None:
-        """A click while the refused spawn is still held pending (``refusal_hold_seconds``:
-        the spawn-pending page shows the button as soon as the reason arrives) waits for the
-        hold to end, then takes the way out as after it."""
-        future = getattr(spawner, "_spawn_future", None)
-        if getattr(spawner, "_held_refusal", None) is None or future is None:
-            return
-        hold = float(getattr(spawner, "refusal_hold_seconds", 0) or 0)
-        await asyncio.wait([asyncio.ensure_future(asyncio.shield(future))], timeout=hold + 5)
-        await asyncio.sleep(0)  # JupyterHub's callbacks on the finished spawn run first
+        """A click while the refused spawn is still held pending waits for the hold to end
+        (:meth:`HandlerSpawner.refusal_hold_ended`), then takes the way out as after it."""
+        ended = getattr(spawner, "refusal_hold_ended", None)  # None: not a spawner of ours
+        if ended is not None:
+            await ended()
 
 
 class MoveHandler(_ColocateHandler):

@@ -18,11 +18,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
 
 from .informer import cache_key
 from .kubeapi import Apis, forbidden, read_json_or_none
 from .objects import JsonDict, attached_nodes, csi_attachment_name, meta, spec
+from .seam import HandlerSpawner
 from .slim import slim_pod
 from .view import ClusterView
 
@@ -36,7 +36,7 @@ class HomeRelease:
     """The pods holding ``claims`` of ``spawner``'s namespace and the nodes their volumes are
     attached to, looked at again and again while the way out waits for their release."""
 
-    def __init__(self, spawner: Any, claims: list[str], node: str | None) -> None:
+    def __init__(self, spawner: HandlerSpawner, claims: list[str], node: str | None) -> None:
         self.spawner = spawner
         self.claims = list(claims)
         self.node = node

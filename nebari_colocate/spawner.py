@@ -493,6 +493,22 @@ class ColocatingKubeSpawner(KubeSpawner):  # type: ignore[misc]  # KubeSpawner s
         """KubeSpawner's safe slug of the username, valid as a label value."""
         return str(safe_slug(self.user.name, is_valid=is_valid_label))
 
+    @property
+    def colocation_locks(self) -> UserLocks:
+        """The hub's per-user locks, shared by every spawner (the way out holds the user's)."""
+        return type(self)._colocation_locks
+
+    async def refusal_hold_ended(self) -> None:
+        """Return once a refused spawn held pending (``refusal_hold_seconds``: the
+        spawn-pending page shows the way out's button as soon as the reason arrives) has ended,
+        and JupyterHub's callbacks on it have run; at once when none is held."""
+        future = getattr(self, "_spawn_future", None)  # JupyterHub's, while a spawn runs
+        if getattr(self, "_held_refusal", None) is None or future is None:
+            return
+        hold = float(getattr(self, "refusal_hold_seconds", 0) or 0)
+        await asyncio.wait([asyncio.ensure_future(asyncio.shield(future))], timeout=hold + 5)
+        await asyncio.sleep(0)  # JupyterHub's callbacks on the finished spawn run first
+
     def colocation_policy(self) -> Policy:
         return Policy(
             storage_access_mode=self.storage_access_mode,

@@ -149,19 +149,19 @@ async def test_a_click_while_the_refusal_is_held_waits_for_the_hold_to_end():
     import time
     from types import SimpleNamespace
 
-    from nebari_colocate.handlers import WayOutHandler
+    from nebari_colocate.spawner import ColocatingKubeSpawner
 
     loop = asyncio.get_running_loop()
     future: asyncio.Future[None] = loop.create_future()
     held = SimpleNamespace(_held_refusal=object(), _spawn_future=future, refusal_hold_seconds=2)
     loop.call_later(0.3, future.set_exception, RuntimeError("refused"))
     started = time.monotonic()
-    await WayOutHandler._refusal_held(held)
+    await ColocatingKubeSpawner.refusal_hold_ended(held)
     assert future.done() and 0.25 < time.monotonic() - started < 2
     future.exception()  # retrieved
 
     # not held: no wait at all
     idle = SimpleNamespace(_held_refusal=None, _spawn_future=loop.create_future())
     started = time.monotonic()
-    await WayOutHandler._refusal_held(idle)
+    await ColocatingKubeSpawner.refusal_hold_ended(idle)
     assert time.monotonic() - started < 0.1
