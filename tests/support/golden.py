@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from nebari_colocate import cli, events, fit, messages
+from nebari_colocate import cli, events, faults, fit, messages
 from nebari_colocate.events import EventVerdict, Fragment
 from nebari_colocate.placement import REASON_CODES, REFUSE, Decision, Policy, decide
 from nebari_colocate.wayout import WayOut
@@ -474,10 +474,19 @@ def _constant(value: Any) -> Any:
 
 def _tables() -> Iterator[tuple[str, str]]:
     """Every public constant of ``messages`` (its words tables, as ``messages.X`` reads them)."""
+    from nebari_colocate import objects, placement, wayout
+
+    borrowed = {  # names messages imports from the rules: theirs, not words
+        name
+        for module in (events, faults, fit, objects, placement, wayout)
+        for name in vars(module)
+    }
     found = {
         name: _constant(value)
         for name, value in vars(messages).items()
-        if name.isupper() and isinstance(value, (str, dict, tuple, list, frozenset))
+        if name.isupper()
+        and name not in borrowed
+        and isinstance(value, (str, dict, tuple, list, frozenset))
     }
     yield "words/tables.json", json.dumps(found, indent=1, sort_keys=True) + "\n"
 

@@ -20,24 +20,35 @@ def _map() -> list[str]:
     ]
 
 
+def _modules() -> set[str]:
+    """The package's modules: its files, and its subpackages (a folder with __init__.py)."""
+    files = {path.stem for path in PACKAGE.glob("*.py")}
+    packages = {path.parent.name for path in PACKAGE.glob("*/__init__.py")}
+    return (files | packages) - {"__init__"}
+
+
 def _package_imports(module: str) -> set[str]:
-    """The package's modules ``module`` imports, at the top or inside a function."""
-    tree = ast.parse((PACKAGE / f"{module}.py").read_text())
-    modules = {path.stem for path in PACKAGE.glob("*.py")}
+    """The package's modules ``module`` imports, at the top or inside a function; for a
+    subpackage, what any of its files imports from outside it."""
+    folder = PACKAGE / module
+    files = sorted(folder.glob("*.py")) if folder.is_dir() else [PACKAGE / f"{module}.py"]
+    # relative imports of the package's own modules: one dot in a module, two in a subpackage
+    level = 2 if folder.is_dir() else 1
+    modules = _modules()
     found: set[str] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom) and node.level == 1:
-            if node.module:
-                found.add(node.module.split(".")[0])
-            else:
-                found |= {alias.name for alias in node.names if alias.name in modules}
-    return found - {"__init__"}
+    for path in files:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.level == level:
+                if node.module:
+                    found.add(node.module.split(".")[0])
+                else:
+                    found |= {alias.name for alias in node.names if alias.name in modules}
+    return found - {"__init__", module}
 
 
 def test_every_module_of_the_package_is_on_the_map_once():
     listed = _map()
-    modules = {path.stem for path in PACKAGE.glob("*.py")} - {"__init__"}
-    assert sorted(listed) == sorted(modules)
+    assert sorted(listed) == sorted(_modules())
 
 
 def test_every_module_imports_only_modules_below_it_on_the_map():
