@@ -136,6 +136,11 @@ def fit_nodes(pod: dict, state: ClusterState) -> set[str]:
 PREEMPTING = "preemption: found a potential placement for pod on node "
 
 
+#: what it says while a pod it nominated waits for its victims to go (a victim held by a
+#: finalizer stays terminating): the pod keeps its nomination
+WAITING_FOR_VICTIMS = "preemption: not eligible due to a terminating pod on the nominated node"
+
+
 def preempting_on(message: str) -> str | None:
     """The node a FailedScheduling message says the scheduler preempts on, or None."""
     at = message.find(PREEMPTING)
@@ -227,11 +232,12 @@ async def preemption_verdict(
         if bound:
             return "bound", bound
         listing = await read_json(core.list_namespaced_event, namespace, field_selector=selector)
+        nominated = (pod.get("status") or {}).get("nominatedNodeName")
         for event in sorted(listing["items"], key=_first_seen):
             message = event.get("message") or ""
-            if preempting_on(message) != node:
+            waiting = nominated == node and WAITING_FOR_VICTIMS in message
+            if preempting_on(message) != node and not waiting:
                 return "failed", message
-        nominated = (pod.get("status") or {}).get("nominatedNodeName")
         if nominated == node and not await still_there(api_client, victims):
             return "nominated", node
         if time.monotonic() > deadline:
@@ -240,8 +246,10 @@ async def preemption_verdict(
 
 
 async def still_there(api_client, victims: list[str]) -> list[str]:
-    """The pods of ``victims`` (``namespace/name``) that exist and were not evicted by the
-    scheduler (no DisruptionTarget condition of reason PreemptionByScheduler)."""
+    """The pods of ``victims`` (``namespace/name``) that exist and are not going: not evicted by
+    the scheduler (no DisruptionTarget condition of reason PreemptionByScheduler) and not
+    terminating (a victim that was terminating already gets no condition: kube-scheduler 1.37
+    waits for it)."""
     from kubernetes_asyncio import client
 
     core = client.CoreV1Api(api_client)
@@ -249,9 +257,14 @@ async def still_there(api_client, victims: list[str]) -> list[str]:
     for key in victims:
         namespace, name = key.split("/", 1)
         pod = await read_json_or_none(core.read_namespaced_pod, name, namespace)
-        if pod is not None and not preempted_by_scheduler(pod):
+        if pod is not None and not going(pod):
             left.append(key)
     return left
+
+
+def going(pod: dict) -> bool:
+    """Terminating, or marked for eviction by the scheduler."""
+    return bool((pod.get("metadata") or {}).get("deletionTimestamp")) or preempted_by_scheduler(pod)
 
 
 def preempted_by_scheduler(pod: dict) -> bool:

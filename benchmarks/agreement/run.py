@@ -29,7 +29,7 @@ from nebari_colocate.state import ClusterState
 from nebari_colocate.view import ClusterView, DirectReader
 
 from . import priorities
-from .judge import first_verdict, judge, preempted_by_scheduler, preemption_verdict, still_there
+from .judge import first_verdict, going, judge, preemption_verdict, still_there
 from .scenarios import (
     LABEL_KEY,
     RUNTIME_CLASSES,
@@ -375,9 +375,10 @@ async def _same_victims(
     api_client, objects: list[dict], victims: list[str], new_pod: str, why: str
 ) -> tuple[bool, str]:
     """The scheduler evicted exactly ``victims`` of the pods read before the pod was created
-    (a pod it had marked before, for an earlier preemption, is not told apart)."""
+    (a pod already going then, terminating or marked for an earlier preemption, is not told
+    apart)."""
     before = [o for o in objects if o["kind"] == "Pod" and o["metadata"]["name"] != new_pod]
-    marked = {_key(o) for o in before if preempted_by_scheduler(o)}
+    marked = {_key(o) for o in before if going(o)}
     keys = [_key(o) for o in before if _key(o) not in marked]
     left = set(await still_there(api_client, keys))
     evicted = sorted(k for k in keys if k not in left)
