@@ -179,12 +179,14 @@ async def build(api_client, scenario: Scenario) -> None:
 
 
 async def read_objects(api_client, scenario: Scenario) -> list[dict]:
-    """The scenario's Nodes, Pods (all its namespaces), PVCs, PVs and VolumeAttachments, as the
-    API returns them (raw camelCase JSON, ``kind`` set as ``kubectl get -o yaml`` prints it)."""
+    """The scenario's Nodes, Pods (all its namespaces), PVCs, PVs and VolumeAttachments, and the
+    PriorityClasses, PodDisruptionBudgets and RuntimeClasses, as the API returns them (raw
+    camelCase JSON, ``kind`` set as ``kubectl get -o yaml`` prints it)."""
     from kubernetes_asyncio import client
 
     core, storage = client.CoreV1Api(api_client), client.StorageV1Api(api_client)
     scheduling, policy = client.SchedulingV1Api(api_client), client.PolicyV1Api(api_client)
+    node_api = client.NodeV1Api(api_client)
     selector = f"{SCENARIO_LABEL}={scenario.namespace}"
     pv_selector = f"{helpers.LABEL_NAMESPACE}={scenario.namespace}"
     listings = await asyncio.gather(
@@ -197,6 +199,7 @@ async def read_objects(api_client, scenario: Scenario) -> list[dict]:
         read_json(core.list_persistent_volume, label_selector=pv_selector),
         read_json(storage.list_volume_attachment, label_selector=pv_selector),
         read_json(scheduling.list_priority_class),
+        read_json(node_api.list_runtime_class),  # so that a kept failure replays with them
         read_json(policy.list_namespaced_pod_disruption_budget, scenario.namespace),
     )
     # A list's items carry neither kind nor apiVersion: flatten_objects names the kind after the
@@ -286,6 +289,8 @@ async def _caught_up(view: ClusterView, objects: list[dict], timeout: float = 30
     while True:
         behind = []
         for obj in objects:
+            if obj["kind"] not in collections:  # RuntimeClasses: the view does not read them
+                continue
             meta = obj["metadata"]
             key = f"{meta['namespace']}/{meta['name']}" if meta.get("namespace") else meta["name"]
             held = collections[obj["kind"]]().items.get(key)
