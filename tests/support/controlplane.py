@@ -17,7 +17,9 @@ a pod from starting before its volumes are attached, which no kwok Stage can exp
 
 ``kwok=False`` leaves kwok and the volume gate out (pods stay Pending once bound, as in a cluster
 state frozen for a benchmark); ``controllers`` picks kube-controller-manager's controllers (an
-empty tuple: no kube-controller-manager).
+empty tuple: no kube-controller-manager). ``start_scheduler`` and ``start_controllers`` add a
+further kube-scheduler or kube-controller-manager process to a started control plane, for the one
+test that needs it, and ``stop_component`` ends it.
 """
 
 from __future__ import annotations
@@ -440,7 +442,7 @@ class ControlPlane:
             self._start_apiserver()
             self._start_scheduler()
             if self.controllers:
-                self._start_controller_manager()
+                self.controller_manager_log = self._start_controller_manager()
             if self.kwok:
                 self._start_kwok()
                 self._start_volume_gate()
@@ -736,11 +738,26 @@ class ControlPlane:
         """Stop one component this control plane started (SIGTERM, then SIGKILL)."""
         self._components[name].stop()
 
-    def _start_controller_manager(self) -> None:
+    def start_controllers(self, name: str, controllers: tuple[str, ...] | list[str]) -> str:
+        """Start a further kube-controller-manager (the same binary) running only
+        ``controllers`` beside the control plane's own (which keeps its ``controllers``), for a
+        test that needs a controller no other test's cluster runs (the StatefulSet controller
+        for zero-to-jupyterhub's user placeholders); wait until it is healthy and return its
+        log's path.  It runs until ``stop()``; ``stop_component(f"controller-manager-{name}")``
+        ends it sooner, and the cluster is as before (the objects it made stay)."""
+        if self.dir is None or self.kubeconfig is None:
+            raise RuntimeError("ControlPlane not started")
+        return self._start_controller_manager(f"controller-manager-{name}", tuple(controllers))
+
+    def _start_controller_manager(
+        self, component_name: str = "controller-manager", controllers: tuple[str, ...] = ()
+    ) -> str:
+        controllers = controllers or self.controllers
+
         def attempt() -> None:
             port = free_port()
             component = self._launch(
-                "controller-manager",
+                component_name,
                 [
                     str(self.kube_bin),
                     "controller-manager",
@@ -753,7 +770,7 @@ class ControlPlane:
                     # extension-apiserver-authentication ConfigMap has no request-header CA).
                     "--authentication-skip-lookup=true",
                     f"--client-ca-file={self.ca_file}",
-                    f"--controllers={','.join(self.controllers)}",
+                    f"--controllers={','.join(controllers)}",
                     # The PV controller matches a new claim against its cache of PVs; a PV created a
                     # moment before may not be in it yet, and the claim then waits for the next
                     # resync (15 s by default).
@@ -764,14 +781,14 @@ class ControlPlane:
                     f"--secure-port={port}",
                     f"--tls-cert-file={self._serving_cert}",
                     f"--tls-private-key-file={self._serving_key}",
-                    f"--cert-dir={self.dir / 'controller-manager-certs'}",
+                    f"--cert-dir={self.dir / (component_name + '-certs')}",
                     "--profiling=false",
                 ],
             )
             self._wait_healthz(component, port)
 
-        self._retry_on_port_clash("controller-manager", attempt)
-        self.controller_manager_log = str(self._components["controller-manager"].log_path)
+        self._retry_on_port_clash(component_name, attempt)
+        return str(self._components[component_name].log_path)
 
     def _start_kwok(self) -> None:
         # kwok reads $KWOK_WORKDIR/kwok.yaml (default ~/.kwok) before --config: point it at a

@@ -5,16 +5,17 @@
   -10; none is the cluster's global default) and ``c.KubeSpawner.priority_class_name`` set to
   the first (:data:`USER_POD_TRAITS`);
 - ``scheduling.userPlaceholder``: a StatefulSet of pause pods at -10 with
-  ``terminationGracePeriodSeconds: 0`` and the user pods' resources (:func:`placeholder`; the
-  test control plane runs no StatefulSet controller, so the tests create its pods themselves,
-  with the template's spec);
+  ``terminationGracePeriodSeconds: 0`` and the user pods' resources, and a PDB with
+  ``minAvailable: 0`` (:func:`placeholder_statefulset`, :func:`placeholder_pdb`; the test control
+  plane runs no StatefulSet controller unless a test starts one, so most tests create its pods
+  themselves, with the template's spec: :func:`placeholder`);
 - ``scheduling.userScheduler.enabled: true``: a second kube-scheduler whose one profile
   re-weights scoring (:data:`USER_SCHEDULER_PROFILE`, from the chart's ``values.yaml``), and
   ``c.KubeSpawner.scheduler_name`` set to it.
 
 Read from the chart (jupyterhub/zero-to-jupyterhub-k8s ``jupyterhub/values.yaml``,
-``templates/scheduling/priorityclass.yaml``, ``user-placeholder/statefulset.yaml``); nothing
-copied but the values.
+``templates/scheduling/priorityclass.yaml``, ``user-placeholder/statefulset.yaml`` and
+``pdb.yaml``, ``_helpers.tpl``'s labels); nothing copied but the values.
 """
 
 from __future__ import annotations
@@ -32,6 +33,21 @@ PLACEHOLDER_PRIORITY = f"{RELEASE}-user-placeholder-priority"
 PRIORITY_CLASSES = {DEFAULT_PRIORITY: 0, IMAGE_PULLER_PRIORITY: -5, PLACEHOLDER_PRIORITY: -10}
 USER_SCHEDULER = f"{RELEASE}-user-scheduler"
 PAUSE_IMAGE = "registry.k8s.io/pause:3.10"
+#: the chart's user-placeholder StatefulSet, its Service and its PDB (``fullnameOverride: ""``)
+PLACEHOLDER_NAME = "user-placeholder"
+#: ``jupyterhub.matchLabels``: the StatefulSet's and the PDB's selector
+PLACEHOLDER_MATCH_LABELS = {
+    "component": "user-placeholder",
+    "app": "jupyterhub",
+    "release": RELEASE,
+}
+#: ``jupyterhub.matchLabelsLegacyAndModern``: the labels of the placeholder pods
+PLACEHOLDER_POD_LABELS = {
+    **PLACEHOLDER_MATCH_LABELS,
+    "app.kubernetes.io/component": "user-placeholder",
+    "app.kubernetes.io/name": "jupyterhub",
+    "app.kubernetes.io/instance": RELEASE,
+}
 
 #: the KubeSpawner traits the chart sets with podPriority on
 USER_POD_TRAITS = {"priority_class_name": DEFAULT_PRIORITY}
@@ -139,11 +155,39 @@ def placeholder(
     return {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": {
-            "name": name,
-            "labels": {"app": "jupyterhub", "component": "user-placeholder", "release": RELEASE},
-        },
+        "metadata": {"name": name, "labels": dict(PLACEHOLDER_MATCH_LABELS)},
         "spec": spec,
+    }
+
+
+def placeholder_statefulset(replicas: int, *, cpu: str, memory: str = "128M") -> dict:
+    """The chart's user-placeholder StatefulSet with ``scheduling.podPriority.enabled`` and
+    ``userPlaceholder.replicas: replicas``; its pause containers request the singleuser
+    ``cpu.guarantee`` / ``memory.guarantee`` given here (the chart's default when
+    ``userPlaceholder.resources`` is empty)."""
+    pod = placeholder(PLACEHOLDER_NAME, cpu=cpu, memory=memory)
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "StatefulSet",
+        "metadata": {"name": PLACEHOLDER_NAME, "labels": dict(PLACEHOLDER_MATCH_LABELS)},
+        "spec": {
+            # all replicas created and recreated at once, not one after the other
+            "podManagementPolicy": "Parallel",
+            "replicas": replicas,
+            "selector": {"matchLabels": dict(PLACEHOLDER_MATCH_LABELS)},
+            "serviceName": PLACEHOLDER_NAME,
+            "template": {"metadata": {"labels": dict(PLACEHOLDER_POD_LABELS)}, "spec": pod["spec"]},
+        },
+    }
+
+
+def placeholder_pdb() -> dict:
+    """The chart's PDB of the placeholders: ``minAvailable: 0`` (any of them may be evicted)."""
+    return {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": {"name": PLACEHOLDER_NAME, "labels": dict(PLACEHOLDER_MATCH_LABELS)},
+        "spec": {"minAvailable": 0, "selector": {"matchLabels": dict(PLACEHOLDER_MATCH_LABELS)}},
     }
 
 
