@@ -19,12 +19,13 @@ test-artifacts/e2e/jupyterhub-<version>/jhub-apps-<version>-*.png.
 
 from __future__ import annotations
 
-import asyncio
 import re
 from importlib.metadata import PackageNotFoundError, version
 
 import pytest
 from playwright.async_api import expect
+
+from tests.support.waiting import wait_until
 
 from .browser import screenshot
 from .conftest import JUPYTERHUB_MAJOR
@@ -113,12 +114,14 @@ async def _wait_for_detach(kube, node: str, timeout: float = 60.0) -> None:
     from kubernetes_asyncio import client as k8s
 
     storage = k8s.StorageV1Api(kube.api_client)
-    deadline = asyncio.get_running_loop().time() + timeout
-    while asyncio.get_running_loop().time() < deadline:
-        attachments = (await storage.list_volume_attachment()).items
-        if not any(va.spec.node_name == node for va in attachments):
-            return
-        await asyncio.sleep(0.5)
+    await wait_until(
+        storage.list_volume_attachment,
+        until=lambda found: not any(va.spec.node_name == node for va in found.items),
+        timeout=timeout,
+        what=f"every volume detached from {node}",
+        seen=lambda found: sorted(va.spec.node_name for va in found.items),
+        interval=0.5,
+    )
 
 
 async def test_start_on_the_home_page_refused_shows_the_reason(

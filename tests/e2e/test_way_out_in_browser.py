@@ -27,6 +27,8 @@ from importlib.metadata import PackageNotFoundError, version
 import pytest
 from playwright.async_api import Page, expect
 
+from tests.support.waiting import wait_until
+
 from .browser import log_in, request_from_spawn_page, screenshot
 from .conftest import JUPYTERHUB_MAJOR
 from .harness import Hub
@@ -90,10 +92,13 @@ async def test_spawn_pending_offers_the_way_out_once_escaped_and_it_starts_the_l
     # A front end requests the GPU lab through the REST API; the refusal is held pending with
     # its reason in the progress stream while alice has the spawn-pending page open.
     request = asyncio.ensure_future(hub.request_server("alice", "", {"profile": "gpu"}))
-    for _ in range(100):
-        if (await hub.server_model("alice", "") or {}).get("pending"):
-            break
-        await asyncio.sleep(0.1)
+    await wait_until(
+        lambda: hub.server_model("alice", ""),
+        until=lambda model: (model or {}).get("pending"),
+        timeout=10,
+        what="alice's default server pending",
+        interval=0.1,
+    )
     await page.goto(f"{hub.url}/hub/spawn-pending/alice")
     form = way_out(page, "#progress-message")
     await expect(form).to_be_visible(timeout=VERDICT_MS)
