@@ -8,7 +8,7 @@ from datetime import datetime
 
 import pytest
 
-from nebari_colocate import events, fit, messages
+from nebari_colocate import autoscaler_events, events, fit, messages
 from nebari_colocate.events import FAIL, IMAGE_BAD_NAME, IMAGE_INVALID, EventVerdict
 from nebari_colocate.placement import REASON_CODES, REFUSE, Decision, Policy, decide
 from tests.support.builders import gpu_node, node, pod, pvc, state, taint, volume_attachment
@@ -1047,7 +1047,7 @@ def test_every_node_state_has_words_as_a_reason_and_as_a_scheduler_fragment():
 
 def test_every_karpenter_cause_and_pull_cause_has_words():
     karpenter = {v for k, v in vars(events).items() if k.startswith("KARPENTER_")}
-    causes = {code for _, code in events._KARPENTER_CAUSES}
+    causes = {code for _, code in autoscaler_events._KARPENTER_CAUSES}
     assert causes <= karpenter
     assert {code for code, _ in messages._KARPENTER_CAUSE_WORDS} == causes
     assert set(messages._PULL_WORDS) == {events.PULL_NOT_FOUND, events.PULL_DENIED}
