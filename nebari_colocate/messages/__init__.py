@@ -1,12 +1,24 @@
 """Every word a person reads.  (pure)
 
-Every sentence a person reads, one file per audience and surface: ``refusals``, ``hub_log``,
-``progress``, ``migrate``, ``reports``, ``command``, ``way_out``.  ``messages.<name>`` reaches
-every name of every file (the words' one home; docs/architecture.md).
+Every sentence a person reads, one file per audience and surface: ``refusals``, ``advice``,
+``hub_log``, ``progress``, ``migrate``, ``reports``, ``command``, ``way_out``.  ``messages.<name>``
+reaches every name of every file (the words' one home; docs/architecture.md).
 """
 
 from __future__ import annotations
 
+from .advice import _PROFILE_CAN_CHANGE as _PROFILE_CAN_CHANGE
+from .advice import ADMINISTRATOR_ADVICE as ADMINISTRATOR_ADVICE
+from .advice import HOME_MOVE_ADVICE as HOME_MOVE_ADVICE
+from .advice import HOME_MOVE_STALLED_ADVICE as HOME_MOVE_STALLED_ADVICE
+from .advice import VOLUME_PLACE_ADVICE as VOLUME_PLACE_ADVICE
+from .advice import _advice as _advice
+from .advice import _join as _join
+from .advice import _node_state_advice as _node_state_advice
+from .advice import _shared_advice as _shared_advice
+from .advice import nothing_the_user_does_helps as nothing_the_user_does_helps
+from .advice import profile_can_help as profile_can_help
+from .advice import unresolvable_advice as unresolvable_advice
 from .command import ATTACHMENTS_COST as ATTACHMENTS_COST
 from .command import CONNECT_PROBLEMS as CONNECT_PROBLEMS
 from .command import MIGRATE_APPLY_NOT_BOTH as MIGRATE_APPLY_NOT_BOTH
@@ -106,11 +118,8 @@ from .refusals import _REASON_WORDS as _REASON_WORDS
 from .refusals import _RESOURCE_WORDS as _RESOURCE_WORDS
 from .refusals import DEFAULT_SERVER as DEFAULT_SERVER
 from .refusals import DEFAULT_SERVER_CELL as DEFAULT_SERVER_CELL
-from .refusals import HOME_MOVE_ADVICE as HOME_MOVE_ADVICE
-from .refusals import HOME_MOVE_STALLED_ADVICE as HOME_MOVE_STALLED_ADVICE
 from .refusals import HolderFacts as HolderFacts
 from .refusals import ResourceWords as ResourceWords
-from .refusals import _advice as _advice
 from .refusals import _claim_in_use_words as _claim_in_use_words
 from .refusals import _clock as _clock
 from .refusals import _cordoned_words as _cordoned_words
@@ -118,16 +127,13 @@ from .refusals import _counted as _counted
 from .refusals import _exclusivity as _exclusivity
 from .refusals import _home_being_moved_words as _home_being_moved_words
 from .refusals import _insufficient_words as _insufficient_words
-from .refusals import _join as _join
 from .refusals import _node_not_found_words as _node_not_found_words
 from .refusals import _node_selector_words as _node_selector_words
-from .refusals import _node_state_advice as _node_state_advice
 from .refusals import _premium_node_words as _premium_node_words
 from .refusals import _Refusal as _Refusal
 from .refusals import _refusal as _refusal
 from .refusals import _resource_words as _resource_words
 from .refusals import _selector_text as _selector_text
-from .refusals import _shared_advice as _shared_advice
 from .refusals import _split_attachment_words as _split_attachment_words
 from .refusals import _taint_words as _taint_words
 from .refusals import _Telling as _Telling

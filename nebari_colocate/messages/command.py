@@ -11,7 +11,7 @@ from ..placement import (
     SKIP,
     Decision,
 )
-from .refusals import _join
+from .advice import _join
 
 # --------------------------------------------------------------------------------------------------
 # the nebari-colocate command: its errors, notes and hints (cli.py raises and prints them)

@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from ..objects import Obj
+from .advice import _join
 from .command import table
-from .refusals import _join
 
 # --------------------------------------------------------------------------------------------------
 # nebari-colocate migrate: what the operator reads (the codes come from migrate.py)

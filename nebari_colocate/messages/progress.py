@@ -9,12 +9,19 @@ import re
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import Any
 
-from .. import events
+from .. import events, fit
 from ..objects import GPU_RESOURCES
-from .refusals import (
-    _NODE_STATE_FRAGMENT_WORDS,
+from ..placement import stopping_helps
+from .advice import (
+    ADMINISTRATOR_ADVICE,
+    VOLUME_PLACE_ADVICE,
     _join,
     _node_state_advice,
+    nothing_the_user_does_helps,
+    profile_can_help,
+)
+from .refusals import (
+    _NODE_STATE_FRAGMENT_WORDS,
     _resource_words,
     counted_holders,
     server_label,
@@ -87,20 +94,31 @@ def _scheduler_summary(fragments: Sequence[events.Fragment]) -> str:
     return "; ".join(_unique(parts))
 
 
+def _pinned_advice(fragments: Sequence[events.Fragment], node: str | None) -> str:
+    """What to do about a pinned pod its node cannot take, as ``advice._advice`` says it of a
+    decision: the fragments' causes that are reason codes follow ``placement.STOPPING_HELPS``
+    (no stop where stopping cannot help) and ``advice._PROFILE_CAN_CHANGE``."""
+    codes = [f.cause for f in fragments if f.cause and stopping_helps(f.cause) is not None]
+    if nothing_the_user_does_helps(codes):
+        return VOLUME_PLACE_ADVICE if fit.VOLUME_NODE_AFFINITY in codes else ADMINISTRATOR_ADVICE
+    states = [f.node_state for f in fragments if f.node_state]
+    if states:
+        # No profile fits a cordoned or failing node: only freeing the volume helps.
+        return "Stop your other servers that use the volume." + _node_state_advice(states, node)
+    if not profile_can_help(codes):  # a node's pod limit: no profile changes it
+        return "Stop your other servers that use the volume."
+    return (
+        "Stop your other servers that use the volume, or choose a profile that fits on "
+        f"node {node}."
+    )
+
+
 def _pinned_text(verdict: events.EventVerdict) -> str:
     if _storage_unavailable(verdict):
         return _storage_unavailable_text(verdict)
     node = verdict.node
     why = "; ".join(_fragments_words(verdict.fragments)) or "the scheduler found no room there"
-    states = [f.node_state for f in verdict.fragments if f.node_state]
-    if states:
-        # No profile fits a cordoned or failing node: only freeing the volume helps.
-        advice = "Stop your other servers that use the volume." + _node_state_advice(states, node)
-    else:
-        advice = (
-            "Stop your other servers that use the volume, or choose a profile that fits on "
-            f"node {node}."
-        )
+    advice = _pinned_advice(verdict.fragments, node)
     # A placement by preemption the scheduler gave up (the nomination dropped).
     dropped = (
         " The scheduler first planned to make room there by stopping lower-priority pods, then "

@@ -5,7 +5,7 @@ the hub log's line of a decision.  (pure)
 from __future__ import annotations
 
 import html
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from typing import NamedTuple
 
 from .. import fit
@@ -14,14 +14,13 @@ from ..placement import (
     CLAIM_IN_USE,
     HOME_BEING_MOVED,
     NODE_NOT_FOUND,
-    PINNED_BY_ATTACHMENT,
-    PINNED_BY_HOLDERS,
     PREMIUM_NODE,
     REFUSE,
     SPLIT_ATTACHMENT,
     Decision,
 )
 from ..wayout import WayOut
+from .advice import _advice, _join
 
 
 class ResourceWords(NamedTuple):
@@ -98,12 +97,6 @@ def holder_facts(decision: Decision, username: str, user_label: str | None = Non
 def own_servers(decision: Decision, username: str, user_label: str | None = None) -> list[str]:
     """Server names of the holders that are servers of ``username`` (sorted, default first)."""
     return holder_facts(decision, username, user_label).servers
-
-
-def _join(items: list[str]) -> str:
-    if len(items) <= 1:
-        return "".join(items)
-    return ", ".join(items[:-1]) + " and " + items[-1]
 
 
 def _selector_text(pod: Obj) -> str:
@@ -314,94 +307,6 @@ def _clock(timestamp: str | None) -> str:
         return ""
     _, _, time = timestamp.partition("T")
     return f"{time[:5]} UTC" if len(time) >= 5 and time[2] == ":" else timestamp
-
-
-#: what a user is told while their home is moved (a move takes minutes for most homes)
-HOME_MOVE_ADVICE = (
-    "Your files are kept safe meanwhile. Try again in a few minutes; if it still cannot start "
-    "after an hour, contact your administrator."
-)
-
-
-#: what a user is told when the move of their home gave up part-way (only an administrator can
-#: finish it, or put it back, with ``nebari-colocate migrate apply|rollback``)
-HOME_MOVE_STALLED_ADVICE = (
-    "Your files are kept safe. Trying again will not help until it is fixed: ask your "
-    "administrator to finish the move or put your home back (nebari-colocate migrate)."
-)
-
-
-def _advice(
-    decision: Decision,
-    holders: list[str],
-    has_profiles: bool = True,
-    own_pods: int = 0,
-    others: int = 0,
-) -> str:
-    if HOME_BEING_MOVED in decision.reasons and decision.moving_stalled:
-        return HOME_MOVE_STALLED_ADVICE
-    if HOME_BEING_MOVED in decision.reasons:
-        return HOME_MOVE_ADVICE
-    if SPLIT_ATTACHMENT in decision.reasons:
-        return "Please contact your administrator."
-    if NODE_NOT_FOUND in decision.reasons:
-        return (
-            "Please contact your administrator: the volume must be released from the node that "
-            "is gone before it can be used elsewhere."
-        )
-    if not holders and decision.holder_pods and decision.pinned_by == PINNED_BY_HOLDERS:
-        # Only pods that are not servers hold it: nothing on the hub stops them.
-        if own_pods:
-            stop = "wait for your other pods using it to finish (or delete them)"
-        else:
-            stop = "wait until the other pods using it have finished (ask your administrator)"
-    else:
-        stop = f"stop {_join(holders)} first" if holders else "stop the servers using it first"
-    if decision.pinned_by == PINNED_BY_ATTACHMENT and not holders:
-        return "The volume is still being released from its last node: try again in a minute."
-    states = fit.node_states(decision.fit) if decision.fit else []
-    if others:
-        # no profile fits a cordoned, unreachable or failing node either
-        return _shared_advice(decision, has_profiles and not states, others)
-    if CLAIM_IN_USE in decision.reasons:
-        # ReadWriteOncePod: no node and no profile helps; only the other server stopping does.
-        return f"To start it, {stop}."
-    if states:
-        # No profile fits a cordoned, unreachable or failing node: only freeing the volume helps.
-        return f"To start it, {stop}.{_node_state_advice(states, decision.node)}"
-    if not has_profiles:  # no profile to choose on this hub: do not suggest one
-        return f"To start it, {stop}."
-    if PREMIUM_NODE in decision.reasons and len(decision.reasons) == 1:
-        return f"To start it, {stop}, or choose a profile with a GPU."
-    return f"To start it, {stop}, or choose a profile that fits on node {decision.node}."
-
-
-def _node_state_advice(states: Sequence[str], node: str | None) -> str:
-    """What else to know when the pinned node's state, not the profile, is in the way."""
-    if any(s in fit.NODE_STATES_UNRESPONSIVE for s in states):
-        return (
-            f" Node {node} may not let them stop cleanly: if this server still cannot start in "
-            f"a few minutes, ask your administrator to release the volume from node {node}."
-        )
-    return ""
-
-
-def _shared_advice(decision: Decision, has_profiles: bool, others: int) -> str:
-    """Servers of other users hold the volume: nothing the user stops frees it (counted,
-    never named); a profile that fits the node, or an administrator, can help."""
-    why = (
-        f"Stopping your own servers cannot free it while {others} server(s) of other users "
-        "use it too."
-    )
-    admin = (
-        "ask your administrator: a volume that several users' servers use needs storage "
-        "that any node can use (ReadWriteMany)"
-    )
-    if CLAIM_IN_USE in decision.reasons or not has_profiles:
-        return f"{why} To start it, {admin}."
-    if PREMIUM_NODE in decision.reasons and len(decision.reasons) == 1:
-        return f"{why} To start it, choose a profile with a GPU, or {admin}."
-    return f"{why} To start it, choose a profile that fits on node {decision.node}, or {admin}."
 
 
 class _Refusal(NamedTuple):

@@ -10,8 +10,9 @@ from typing import Any, NamedTuple
 
 from .. import events
 from ..wayout import StepFacts, WayOut
+from .advice import _join
 from .progress import event_failure
-from .refusals import _join, server_label, way_out_sentence
+from .refusals import server_label, way_out_sentence
 
 # --------------------------------------------------------------------------------------------------
 # the way out, taken (nebari_colocate.handlers)
