@@ -31,6 +31,10 @@ Messages are matched on the stable prefixes and fragments listed in docs/trouble
 Kubernetes event messages", taken from the upstream sources); the raw message is kept for the
 operator log.  Everything else waits, with a code saying what for.  A verdict is codes and facts,
 as a placement ``Decision`` is; :func:`nebari_colocate.messages.event_text` writes its words.
+
+Each source is read in its own module (``scheduler_events``, ``autoscaler_events``,
+``attach_events``, ``image_events``, with ``fit_error``, ``event_stream`` and ``event_verdict``
+beneath them); this one combines their verdicts, and ``events.<name>`` reaches every name.
 """
 
 from __future__ import annotations
