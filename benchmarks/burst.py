@@ -122,14 +122,15 @@ def instrument_spans() -> None:
     """Time the awaits of the check (the benchmark's own wrappers; nothing of the library
     changes): the per-user lock, the confirming LISTs of an unpinned decision, the direct
     reads, the dry run."""
+    from nebari_colocate.check import SpawnCheck
     from nebari_colocate.spawner import ColocatingKubeSpawner
     from nebari_colocate.view import ClusterView
 
     for cls, name, span in (
         (ColocatingKubeSpawner, "_acquire_colocation_lock", "lock"),
-        (ColocatingKubeSpawner, "_colocation_state", "state-await"),
-        (ColocatingKubeSpawner, "_confirmed_unpinned", "confirm-unpinned"),
-        (ColocatingKubeSpawner, "_admitted", "dry-run"),
+        (SpawnCheck, "state", "state-await"),
+        (SpawnCheck, "confirmed_unpinned", "confirm-unpinned"),
+        (SpawnCheck, "admitted", "dry-run"),
         (ClusterView, "_add_node_pods", "node-pods-list"),
         (ClusterView, "_confirm_node", "node-read"),
     ):

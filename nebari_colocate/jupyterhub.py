@@ -132,3 +132,33 @@ def requested_through_rest_api(spawner: Any) -> bool:
     except ImportError:  # pragma: no cover
         return False
     return isinstance(getattr(spawner, "handler", None), APIHandler)
+
+
+def server_display_names(spawner: Any) -> dict[str, str]:
+    """Server name -> the name this user knows it by, for ``spawner``'s user's own servers only.
+
+    JupyterHub 6 has ``Spawner.display_name``; on JupyterHub 5 jhub-apps keeps the app's name
+    in ``user_options["display_name"]``, stored with every server of the user.  The default
+    server without one is ``default_server_display_name``, else "JupyterLab" under jhub-apps.
+    """
+    names: dict[str, str] = {}
+    orm_user = getattr(spawner.user, "orm_user", None)
+    stored = getattr(orm_user, "orm_spawners", None) or {}
+    for name, orm_spawner in stored.items():
+        shown = display_name(orm_spawner)
+        if shown:
+            names[name or ""] = shown
+    current = display_name(spawner)
+    if current:
+        names[spawner.name or ""] = current
+    if not names.get(""):
+        default = spawner.default_server_display_name
+        if default is None and _built_by_jhub_apps(type(spawner)):
+            default = "JupyterLab"
+        if default:
+            names[""] = default
+    return names
+
+
+def _built_by_jhub_apps(cls: type) -> bool:
+    return any(base.__module__.startswith("jhub_apps") for base in cls.__mro__)

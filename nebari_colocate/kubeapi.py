@@ -29,9 +29,10 @@ import os
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
-from .objects import JsonDict, Obj
+from .objects import JsonDict, Obj, meta
 
 #: a kubernetes_asyncio API method (untyped): called with ``_preload_content=False``, it answers
 #: the raw HTTP response
@@ -401,3 +402,18 @@ async def sweep_late_pod(
             )
         except Exception as exc:
             delete_failed(exc)
+
+
+def with_placement(api_client: Any, written: Any, manifest: JsonDict) -> Any:
+    """KubeSpawner's V1Pod ``written`` given the labels and the affinity of ``manifest``
+    (what ``apply_decision`` and ``avoid_nodes`` change of it; the rest is ``written``'s
+    own, serialised into ``manifest`` unchanged), in place: no JSON round trip of the whole
+    pod per spawn."""
+    written.metadata.labels = dict(meta(manifest).get("labels") or {})
+    affinity = (manifest.get("spec") or {}).get("affinity")
+    written.spec.affinity = (
+        api_client.deserialize(SimpleNamespace(data=json.dumps(affinity)), "V1Affinity")
+        if affinity
+        else None
+    )
+    return written

@@ -11,10 +11,11 @@ page (``templates/jhub_apps/home.html``: ``colocation_failure.html``) read by at
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from .objects import JsonDict
+from .objects import JsonDict, pod_server
 
 if TYPE_CHECKING:
     from .events import EventVerdict
@@ -60,3 +61,36 @@ class Refusal:
         ``simulate --json`` carry it), or None."""
         found = self.way_out
         return found.as_json() if found is not None else None
+
+
+def kept(
+    refusal: Refusal, placed: Decision | None, home_pods: Callable[[list[str]], list[JsonDict]]
+) -> Refusal:
+    """``refusal`` as the spawner keeps it, with its :class:`WayOutBlockers` when it has a way
+    out: the decision's claims, node and holders; for a spawn ended by its pod's events
+    (``placed``: the decision it started on), the servers the way out stops and the node their
+    pods (``home_pods(claims)``) hold the volume on now."""
+    way_out, decision = refusal.way_out, refusal.decision
+    blockers = None
+    if way_out is not None and decision is not None:
+        blockers = WayOutBlockers(
+            claims=tuple(sorted(decision.claims)),
+            node=decision.node,
+            servers=tuple(sorted(pod_server(p) for p in decision.holder_pods)),
+        )
+    if way_out is not None and placed is not None:
+        # A spawn ended by its pod's events: the holders are those servers, wherever the
+        # volume is attached now (the node of their pods).
+        claims = sorted(placed.claims)
+        nodes = {
+            ((p.get("spec") or {}).get("nodeName") or "")
+            for p in home_pods(claims)
+            if pod_server(p) in set(way_out.stop)
+        }
+        nodes.discard("")
+        blockers = WayOutBlockers(
+            claims=tuple(claims),
+            node=nodes.pop() if len(nodes) == 1 else placed.node,
+            servers=tuple(way_out.stop),
+        )
+    return replace(refusal, blockers=blockers)

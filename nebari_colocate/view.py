@@ -30,6 +30,8 @@ import weakref
 from collections.abc import Iterable
 from typing import Any, ClassVar
 
+from .affinity import NODEPOOL_LABEL
+from .fit import offered
 from .informer import Collection, HubWatches, cache_key, disk_key
 from .kubeapi import (
     ApiCall,
@@ -41,14 +43,19 @@ from .kubeapi import (
     read_json_or_none,
 )
 from .objects import (
+    HOSTNAME,
     JsonDict,
     Obj,
     attached_nodes,
     attachment_pv,
     claim_ref,
     holds_volume,
+    is_server,
     known_shared,
+    meta,
+    owned_by,
     pod_claims,
+    pod_server,
     volume_identity,
 )
 from .slim import Shared, slim_pod
@@ -715,3 +722,73 @@ class ClusterView:
             slim = slim_pod(item)
             pods.setdefault(cache_key(slim), slim)
         return True
+
+    # ----------------------------------------------------------------------------------------------
+    # what the way out reads (the spawner's readers for nebari_colocate.handlers and release)
+
+    def claim_pods(self, claims: Iterable[str]) -> list[JsonDict]:
+        """The pods using ``claims`` in this namespace, each once."""
+        found = {
+            (p.get("metadata") or {}).get("name"): p
+            for c in claims
+            for p in self.by_claim.get(f"{self.namespace}/{c}")
+        }
+        return list(found.values())
+
+    def claims_attached_nodes(self, claims: Iterable[str]) -> set[str] | None:
+        """The nodes the volumes of ``claims`` are attached to (VolumeAttachments with
+        ``status.attached``); None when the view cannot tell (not live, or no permission to
+        read VolumeAttachments)."""
+        if not self.live or self.attachments.forbidden:
+            return None
+        nodes: set[str] = set()
+        for claim in claims:
+            pvc = self.pvcs.items.get(f"{self.namespace}/{claim}")
+            pv = ((pvc or {}).get("spec") or {}).get("volumeName")
+            if pv:
+                nodes |= attached_nodes(self.attachments_by_pv.get(pv), pv)
+        return nodes
+
+    def namespace_pods(self) -> list[JsonDict]:
+        """Every pod of this namespace the view knows."""
+        return [p for p in self.pods.items.values() if meta(p).get("namespace") == self.namespace]
+
+    def nodes_by_name(self) -> dict[str, JsonDict] | None:
+        """Every node the view knows, by name; None when the Nodes cannot be read."""
+        if self.nodes.forbidden:
+            return None
+        return {meta(n).get("name", ""): n for n in self.nodes.items.values()}
+
+    def claim_access_modes(self, claim: str) -> list[str] | None:
+        """The access modes of this namespace's claim ``claim`` (None: not known)."""
+        pvc = self.pvcs.items.get(f"{self.namespace}/{claim}")
+        modes = ((pvc or {}).get("spec") or {}).get("accessModes")
+        return list(modes) if modes else None
+
+    def premium_nodes(
+        self, resources: Iterable[str]
+    ) -> tuple[tuple[str, str | None, str | None], ...] | None:
+        """Every node offering one of ``resources``, (name, ``kubernetes.io/hostname`` label,
+        ``karpenter.sh/nodepool`` label), sorted; None when the Nodes cannot be read."""
+        nodes = self.nodes_by_name()
+        if nodes is None:
+            return None
+        found = []
+        for node in nodes.values():
+            if offered(node, resources):
+                labels = meta(node).get("labels") or {}
+                name = str(meta(node).get("name", ""))
+                found.append((name, labels.get(HOSTNAME), labels.get(NODEPOOL_LABEL)))
+        return tuple(sorted(found))
+
+    def servers_claims(self, username: str, label_value: str, servers: Iterable[str]) -> set[str]:
+        """The claims the running ``servers`` of user ``username`` (``label_value``: its safe
+        slug) mount in this namespace."""
+        wanted = set(servers)
+        claims: set[str] = set()
+        for pod in self.namespace_pods():
+            if not is_server(pod):
+                continue
+            if owned_by(pod, username, label_value) and pod_server(pod) in wanted:
+                claims.update(pod_claims(pod))
+        return claims
