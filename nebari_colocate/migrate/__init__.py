@@ -1,22 +1,30 @@
 """``nebari-colocate migrate``: move home claims from ReadWriteOnce to ReadWriteMany.
 
 Access modes of a claim are immutable, so a home moves by copying: per user, while none of the
-user's servers runs,
+user's servers runs (any pod that mounts the claim counts), one idempotent step after another,
+each named by the checkpoint it reaches (:data:`MOVE_STEPS`; docs/migrate.md has the same list):
 
-1. the old PersistentVolume is set to ``Retain`` (before anything else: from here on no deletion
-   of a claim can delete the data);
-2. the home claim is marked (``nebari.dev/migration``): the spawner refuses that user's spawns
-   with "your home is being moved" until the move ends;
-3. a new ReadWriteMany claim ``migrate-<claim>`` is created in the target storage class;
-4. a copy pod mounts the old claim read-only and the new one, runs
-   :mod:`nebari_colocate.copy_home` and verifies the copy with a checksum manifest of both sides;
-   a failed verification stops this user's move, removes the mark and leaves the old claim in
+1. ``retained``: the old PersistentVolume is set to ``Retain`` before anything else (from here
+   on no deletion of a claim can delete the data), the move recorded on it;
+2. ``marked``: the home claim is marked (``nebari.dev/migration``): the spawner refuses that
+   user's spawns with "your home is being moved" until the move ends;
+3. ``claim-created``: a new ReadWriteMany claim ``migrate-<claim>`` in the target storage class;
+4. ``copy-started``: a copy pod mounts the old claim read-only and the new one and runs
+   :mod:`nebari_colocate.copy_home`;
+5. ``copied``: the copy is verified with a checksum manifest of both sides and recorded; a
+   failed verification stops this user's move, removes the mark and leaves the old claim in
    place, in use;
-5. the new volume is set to ``Retain``, the temporary claim deleted, the new volume pre-bound to
-   the home claim's name, the old home claim deleted (only now: its volume is retained and a
-   verified copy exists) and recreated with the same name, ReadWriteMany, bound to the new volume;
-6. the mark is removed.  The old volume stays (``Retain``, ``Released``) until an operator deletes
-   it; the command prints how.
+6. ``swapping``: the swap begins, the copy's volume and the claim's metadata recorded;
+7. ``new-retained``: the new volume is set to ``Retain``;
+8. ``temporary-deleted``: the copy pod and the temporary claim are deleted;
+9. ``prebound``: the new volume is pre-bound to the home claim's name;
+10. ``old-deleted``: the old home claim is deleted (only now: its volume is retained and a
+    verified copy exists);
+11. ``created``: the home claim is recreated with the same name, ReadWriteMany, on the new volume;
+12. ``bound``: the PV controller has bound it.
+
+Then the mark is removed.  The old volume stays (``Retain``, ``Released``) until an operator
+deletes it; the command prints how.
 
 Where a move stands is written on the objects themselves (annotations on the old volume, which
 outlives every claim), so an interrupted ``apply`` resumes where it stopped and a second ``apply``
@@ -24,7 +32,9 @@ of a finished move does nothing.  ``rollback`` puts the home claim back on its o
 that volume exists.  See docs/migrate.md.
 
 The decisions (what a claim's state is, what would happen) are pure functions of the objects;
-:class:`Mover` does the I/O, every request through :mod:`nebari_colocate.kubeapi`.
+:class:`Mover` does the I/O, every request through :mod:`nebari_colocate.kubeapi`.  The
+modules: ``codes`` (the vocabulary), ``plan`` and ``manifests`` (pure), ``movelease``, ``io``,
+``steps`` and ``mover`` (I/O).
 """
 
 # the lease's states, as before the package (tests and the command read migrate.STALE)
@@ -32,7 +42,6 @@ from ..lease import HELD as HELD
 from ..lease import STALE as STALE
 from .codes import ACTIONS as ACTIONS
 from .codes import BIND_TIMEOUT as BIND_TIMEOUT
-from .codes import CHECKPOINTS as CHECKPOINTS
 from .codes import CLAIM_KEY as CLAIM_KEY
 from .codes import CLASS_KEY as CLASS_KEY
 from .codes import COMPONENT as COMPONENT
@@ -117,4 +126,6 @@ from .plan import plan_row as plan_row
 from .plan import server_names as server_names
 from .plan import temporary_name as temporary_name
 from .plan import volume_step as volume_step
+from .steps import CHECKPOINTS as CHECKPOINTS
+from .steps import MOVE_STEPS as MOVE_STEPS
 from .steps import MoveSteps as MoveSteps

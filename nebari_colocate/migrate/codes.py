@@ -74,22 +74,6 @@ MOVE, SKIP_RWX, WAIT_SERVERS, RESUME, FINISHED, RETRY, NOT_BOUND, NO_VOLUME = AC
     "held",  # another run holds this home's lease: nothing done
 )
 
-#: the points between steps where ``apply`` may be interrupted and resumed (tests inject here)
-CHECKPOINTS = (
-    "retained",
-    "marked",
-    "claim-created",
-    "copy-started",
-    "copied",
-    "swapping",
-    "new-retained",
-    "temporary-deleted",
-    "prebound",
-    "old-deleted",
-    "created",
-    "bound",
-)
-
 #: the recorded steps of the copy (the old claim is in place) and of the swap
 COPY_PHASE = (None, FAILED, RETAINED, COPYING)
 SWAP_PHASE = (COPIED, SWAPPING)

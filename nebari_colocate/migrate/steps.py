@@ -27,7 +27,6 @@ from ..objects import annotations_of as _annotations
 from ..objects import meta as _meta
 from ..objects import spec as _spec
 from .codes import (
-    CHECKPOINTS,
     CLAIM_KEY,
     CLASS_KEY,
     COMPONENT,
@@ -78,6 +77,27 @@ from .plan import (
     temporary_name,
 )
 
+#: The steps of a move, in order: the checkpoint each reaches (where ``apply`` may be interrupted
+#: and resumed; tests inject there) and the method of :class:`MoveSteps` that does it.  The same
+#: numbered list is the package's docstring and docs/migrate.md's "What a move does, step by
+#: step", and each method's docstring starts with its number (tests/unit/test_migrate_steps.py).
+MOVE_STEPS = (
+    ("retained", "_retain_old"),
+    ("marked", "_mark"),
+    ("claim-created", "_create_temporary"),
+    ("copy-started", "_start_copy"),
+    ("copied", "_wait_copied"),
+    ("swapping", "_record_target"),
+    ("new-retained", "_retain_new"),
+    ("temporary-deleted", "_delete_temporary"),
+    ("prebound", "_prebind_new"),
+    ("old-deleted", "_delete_old_claim"),
+    ("created", "_create_final"),
+    ("bound", "_wait_final_bound"),
+)
+#: the points between steps where ``apply`` may be interrupted and resumed (tests inject here)
+CHECKPOINTS = tuple(checkpoint for checkpoint, _ in MOVE_STEPS)
+
 
 class MoveSteps(MoverIO):
     """The move: one idempotent step per checkpoint."""
@@ -93,23 +113,8 @@ class MoveSteps(MoverIO):
         return await self._holding(claim, lambda: self._move(claim))
 
     def _steps(self) -> tuple[tuple[str, Callable[[Home], Awaitable[JsonDict | None]]], ...]:
-        """The steps of a move, named by the checkpoint reached after each (CHECKPOINTS)."""
-        steps = (
-            ("retained", self._retain_old),
-            ("marked", self._mark),
-            ("claim-created", self._create_temporary),
-            ("copy-started", self._start_copy),
-            ("copied", self._wait_copied),
-            ("swapping", self._record_target),
-            ("new-retained", self._retain_new),
-            ("temporary-deleted", self._delete_temporary),
-            ("prebound", self._prebind_new),
-            ("old-deleted", self._delete_old_claim),
-            ("created", self._create_final),
-            ("bound", self._wait_final_bound),
-        )
-        assert tuple(name for name, _ in steps) == CHECKPOINTS
-        return steps
+        """The steps of a move (:data:`MOVE_STEPS`), each with the checkpoint it reaches."""
+        return tuple((checkpoint, getattr(self, method)) for checkpoint, method in MOVE_STEPS)
 
     async def _move(self, claim: str) -> JsonDict:
         home = await self.home(claim)
