@@ -595,7 +595,14 @@ async def _migrate(args: argparse.Namespace) -> int:
         bind_timeout=getattr(args, "timeout", migrate.BIND_TIMEOUT),
     )
     try:
-        result, status = await _migrate_run(mover, args, namespace, storage_class)
+        result, status = await migrate.run(
+            mover,
+            args.migrate_command,
+            args.users,
+            storage_class,
+            dry_run=getattr(args, "dry_run", False),
+            concurrency=getattr(args, "concurrency", 4),
+        )
     except migrate.MigrateError as exc:
         raise ClusterError(str(exc)) from None
     except (aiohttp.ClientError, OSError) as exc:
@@ -619,92 +626,6 @@ async def _migrate(args: argparse.Namespace) -> int:
     else:
         print(messages.render_migrate_results(result["results"], result.get("dry_run", False)))
     return status
-
-
-async def _migrate_run(
-    mover: migrate.Mover, args: argparse.Namespace, namespace: str, storage_class: str | None
-) -> tuple[JsonDict, int]:
-    command = args.migrate_command
-    claims = await mover.resolve(args.users) if args.users else None
-    if command == "plan":
-        notes = []
-        if storage_class:
-            try:
-                notes = await mover.check_storage_class()
-            except migrate.MigrateError as exc:
-                notes = [f"cannot move to it: {exc}"]
-        homes = await mover.homes()
-        rows = [
-            migrate.plan_row(h, storage_class) for h in homes if claims is None or h.claim in claims
-        ]
-        return {
-            "namespace": namespace,
-            "storage_class": storage_class,
-            "homes": rows,
-            "notes": notes,
-        }, 0
-    if command == "status":
-        return {"namespace": namespace, "moves": await mover.status(claims)}, 0
-    if command == "rollback":
-        results = [await mover.rollback(c) for c in claims or ()]
-        bad = any(
-            r["outcome"] not in (migrate.OUT_ROLLED_BACK, migrate.OUT_NOTHING_TO_ROLL_BACK)
-            for r in results
-        )
-        return {"namespace": namespace, "results": results}, 1 if bad else 0
-    # apply
-    home_of = {h.claim: h for h in await mover.homes()}
-    if claims is None:
-        claims = [
-            c
-            for c, h in sorted(home_of.items())
-            if migrate.plan_row(h, storage_class)["action"]
-            in (migrate.MOVE, migrate.RESUME, migrate.RETRY)
-        ]
-    notes = []
-    fresh = [
-        c
-        for c in claims
-        if migrate.plan_row(home_of[c], storage_class)["action"] in (migrate.MOVE, migrate.RETRY)
-        or _changes_class(migrate.plan_row(home_of[c], storage_class), storage_class)
-    ]
-    if fresh:  # a move under way keeps the class it started with, unless another is asked for
-        notes = await mover.check_storage_class()
-    if args.dry_run:
-        results = []
-        for claim in claims:
-            row = migrate.plan_row(home_of[claim], storage_class)
-            results.append(
-                {
-                    **row,
-                    "outcome": migrate.OUT_WOULD_MOVE
-                    if migrate.movable(row)
-                    else migrate.OUT_SKIPPED,
-                    "reason": row["action"],
-                    "plan": messages.migrate_action(row),
-                }
-            )
-        return {"namespace": namespace, "dry_run": True, "results": results, "notes": notes}, 0
-    results = await migrate.apply_many(mover, claims, args.concurrency)
-    # A named home that could not move (its servers run, it is not bound) is a stop; one that
-    # is already ReadWriteMany is not.
-    bad = any(
-        r["outcome"] not in (migrate.OUT_DONE, migrate.OUT_ALREADY_DONE, migrate.OUT_SKIPPED)
-        or (r["outcome"] == migrate.OUT_SKIPPED and r.get("reason") != migrate.SKIP_RWX)
-        for r in results
-    )
-    return {"namespace": namespace, "dry_run": False, "results": results, "notes": notes}, (
-        1 if bad else 0
-    )
-
-
-def _changes_class(row: JsonDict, storage_class: str | None) -> bool:
-    """An unfinished move asked to go to another class than it started with (apply switches it
-    before the copy is verified, refuses after): the class asked for is checked first."""
-    recorded = row.get("recorded_storage_class")
-    return row["action"] == migrate.RESUME and bool(
-        storage_class and recorded and recorded != storage_class
-    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -44,6 +44,7 @@ from .codes import (
     WAIT_SERVERS,
     MigrateError,
 )
+from .manifests import claim_ref_patch
 from .movelease import (
     _HELD,
     MoveLease,
@@ -122,21 +123,7 @@ class MoverIO:
     async def _reserve_for(self, pv_name: str, pv: Obj | None, claim: str) -> JsonDict:
         """Pre-bind the volume to ``claim`` of this namespace by name, without a uid: the claim
         is (re)created under that name next, and the PV controller binds only it."""
-        return await self._patch_pv(
-            pv_name,
-            [
-                {
-                    "op": "replace" if "claimRef" in _spec(pv) else "add",
-                    "path": "/spec/claimRef",
-                    "value": {
-                        "apiVersion": "v1",
-                        "kind": "PersistentVolumeClaim",
-                        "namespace": self.namespace,
-                        "name": claim,
-                    },
-                }
-            ],
-        )
+        return await self._patch_pv(pv_name, claim_ref_patch(pv, self.namespace, claim))
 
     async def _annotate_pv(self, name: str, values: Mapping[str, str | None]) -> JsonDict:
         return await self._patch_pv(name, {"metadata": {"annotations": dict(values)}})

@@ -250,3 +250,38 @@ def final_claim(home: Home, volume: Obj | None, volume_name: str) -> JsonDict:
             "volumeMode": "Filesystem",
         },
     }
+
+
+def mark() -> dict[str, str | None]:
+    """The annotations that mark a home claim as being moved (the spawner refuses its user's
+    spawns, :mod:`nebari_colocate.placement`), since now; a stall noted earlier is cleared."""
+    return {
+        MIGRATION_ANNOTATION: MOVING,
+        MIGRATION_SINCE_ANNOTATION: _now(),
+        MIGRATION_STALLED_ANNOTATION: None,
+    }
+
+
+def unmark() -> dict[str, str | None]:
+    """The merge patch that removes the mark (:func:`mark`) from a home claim."""
+    return {
+        MIGRATION_ANNOTATION: None,
+        MIGRATION_SINCE_ANNOTATION: None,
+        MIGRATION_STALLED_ANNOTATION: None,
+    }
+
+
+def claim_ref_patch(pv: Obj | None, namespace: str, claim: str) -> list[JsonDict]:
+    """The JSON patch that pre-binds a volume to ``namespace/claim`` by name, without a uid."""
+    return [
+        {
+            "op": "replace" if "claimRef" in _spec(pv) else "add",
+            "path": "/spec/claimRef",
+            "value": {
+                "apiVersion": "v1",
+                "kind": "PersistentVolumeClaim",
+                "namespace": namespace,
+                "name": claim,
+            },
+        }
+    ]

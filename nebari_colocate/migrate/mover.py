@@ -16,8 +16,6 @@ from ..kubeapi import (
 )
 from ..objects import (
     MIGRATION_ANNOTATION,
-    MIGRATION_SINCE_ANNOTATION,
-    MIGRATION_STALLED_ANNOTATION,
     MOVING,
     RWO,
     JsonDict,
@@ -38,8 +36,9 @@ from .codes import (
     MigrateError,
 )
 from .manifests import (
-    _now,
     final_claim,
+    mark,
+    unmark,
 )
 from .movelease import (
     MoveLease,
@@ -120,11 +119,7 @@ class Mover(MoveSteps):
             kept.append(other)
         await self._annotate_pvc(
             home.claim,
-            {
-                MIGRATION_ANNOTATION: MOVING,
-                MIGRATION_SINCE_ANNOTATION: _now(),
-                MIGRATION_STALLED_ANNOTATION: None,
-            },
+            mark(),
         )
         await self._delete_pvc(home.claim, _meta(current)["uid"])
 
@@ -207,12 +202,7 @@ class Mover(MoveSteps):
         )
         await self._annotate_pvc(
             home.claim,
-            {
-                MIGRATION_ANNOTATION: None,
-                MIGRATION_SINCE_ANNOTATION: None,
-                MIGRATION_STALLED_ANNOTATION: None,
-                FROM_KEY: None,
-            },
+            {**unmark(), FROM_KEY: None},
         )
 
     # -- status ---------------------------------------------------------------------------------

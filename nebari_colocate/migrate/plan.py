@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
@@ -36,6 +36,12 @@ from .codes import (
     NO_VOLUME,
     NOT_BOUND,
     OF_KEY,
+    OUT_ALREADY_DONE,
+    OUT_DONE,
+    OUT_NOTHING_TO_ROLL_BACK,
+    OUT_ROLLED_BACK,
+    OUT_SKIPPED,
+    OUT_WOULD_MOVE,
     PROBLEM_KEY,
     RESUME,
     RETAINED,
@@ -240,3 +246,51 @@ def class_problem(storage_class: Obj | None, name: str, rwx_volumes: int | None)
 
 #: the fields of a server pod that place it as the hub places its users' pods (z2jh's
 #: ``scheduling.userScheduler`` and ``scheduling.podPriority``): the copy pod carries them too
+
+
+def selected_by_all(home_of: Mapping[str, Home], target_class: str | None) -> list[str]:
+    """``apply --all``: every home claim, by name, whose move may start, resume or be retried."""
+    return [
+        claim
+        for claim, home in sorted(home_of.items())
+        if plan_row(home, target_class)["action"] in (MOVE, RESUME, RETRY)
+    ]
+
+
+def changes_class(row: Obj, target_class: str | None) -> bool:
+    """An unfinished move asked to go to another class than it started with (apply switches it
+    before the copy is verified, refuses after): the class asked for is checked first."""
+    recorded = row.get("recorded_storage_class")
+    return row["action"] == RESUME and bool(target_class and recorded and recorded != target_class)
+
+
+def checks_class(row: Obj, target_class: str | None) -> bool:
+    """Whether applying this row needs the target class checked first: a move that starts again
+    (a move under way keeps the class it started with, unless another is asked for)."""
+    return row["action"] in (MOVE, RETRY) or changes_class(row, target_class)
+
+
+def dry_run_row(row: Obj) -> JsonDict:
+    """``apply --dry-run``'s result for one plan row: would it move, or why not."""
+    return {
+        **row,
+        "outcome": OUT_WOULD_MOVE if movable(row) else OUT_SKIPPED,
+        "reason": row["action"],
+    }
+
+
+def apply_status(results: Iterable[Obj]) -> int:
+    """The exit status of ``apply``: 1 when a named home could not move (its servers run, it is
+    not bound...); one that is already ReadWriteMany is not a stop."""
+    bad = any(
+        r["outcome"] not in (OUT_DONE, OUT_ALREADY_DONE, OUT_SKIPPED)
+        or (r["outcome"] == OUT_SKIPPED and r.get("reason") != SKIP_RWX)
+        for r in results
+    )
+    return 1 if bad else 0
+
+
+def rollback_status(results: Iterable[Obj]) -> int:
+    """The exit status of ``rollback``: 1 unless every home is back or had nothing to undo."""
+    bad = any(r["outcome"] not in (OUT_ROLLED_BACK, OUT_NOTHING_TO_ROLL_BACK) for r in results)
+    return 1 if bad else 0

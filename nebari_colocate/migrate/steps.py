@@ -16,7 +16,6 @@ from ..kubeapi import (
 )
 from ..objects import (
     MIGRATION_ANNOTATION,
-    MIGRATION_SINCE_ANNOTATION,
     MIGRATION_STALLED_ANNOTATION,
     MOVING,
     RWX,
@@ -66,7 +65,9 @@ from .manifests import (
     copy_pod_manifest,
     copy_result,
     final_claim,
+    mark,
     servers_scheduling,
+    unmark,
 )
 from .plan import (
     Home,
@@ -249,11 +250,7 @@ class MoveSteps(MoverIO):
         if home.pvc is not None and _spec(home.pvc).get("volumeName") == name:
             await self._annotate_pvc(
                 home.claim,
-                {
-                    MIGRATION_ANNOTATION: None,
-                    MIGRATION_SINCE_ANNOTATION: None,
-                    MIGRATION_STALLED_ANNOTATION: None,
-                },
+                unmark(),
             )
 
     # Each step below reads the home as recorded now, does nothing when its effect is there (or
@@ -331,11 +328,7 @@ class MoveSteps(MoverIO):
         if _annotations(home.pvc).get(MIGRATION_ANNOTATION) != MOVING:
             await self._annotate_pvc(
                 home.claim,
-                {
-                    MIGRATION_ANNOTATION: MOVING,
-                    MIGRATION_SINCE_ANNOTATION: _now(),
-                    MIGRATION_STALLED_ANNOTATION: None,
-                },
+                mark(),
             )
         running = holders(await self.pods(), home.claim)
         if running:  # started between the plan and the mark
@@ -430,11 +423,7 @@ class MoveSteps(MoverIO):
             )
             await self._annotate_pvc(
                 claim,
-                {
-                    MIGRATION_ANNOTATION: None,
-                    MIGRATION_SINCE_ANNOTATION: None,
-                    MIGRATION_STALLED_ANNOTATION: None,
-                },
+                unmark(),
             )
             return {
                 "outcome": OUT_FAILED,
@@ -650,11 +639,7 @@ class MoveSteps(MoverIO):
             )
         await self._annotate_pvc(
             home.claim,
-            {
-                MIGRATION_ANNOTATION: None,
-                MIGRATION_SINCE_ANNOTATION: None,
-                MIGRATION_STALLED_ANNOTATION: None,
-            },
+            unmark(),
         )
         await self._annotate_pv(_meta(home.old_pv)["name"], {STEP_KEY: DONE, PROBLEM_KEY: None})
         return new_name
