@@ -30,7 +30,7 @@ from collections.abc import AsyncIterator, Iterator, Sequence
 from datetime import datetime, timezone
 from typing import Any, ClassVar
 
-from jupyterhub.utils import exponential_backoff, url_escape_path, url_path_join
+from jupyterhub.utils import exponential_backoff
 from kubespawner import KubeSpawner
 from kubespawner.slugs import is_valid_label, safe_slug
 from traitlets import (
@@ -43,7 +43,7 @@ from traitlets import (
     validate,
 )
 
-from . import api_faults, fail_fast, messages, pod_watch
+from . import api_faults, fail_fast, messages, pod_watch, refusing
 from .admission import shape_key
 from .affinity import apply_decision, avoid_nodes, user_colocation_keys
 from .check import (
@@ -87,7 +87,6 @@ from .fit import requests_any
 from .jupyterhub import (
     JUPYTERHUB_MAJOR,
     ColocationRefused,
-    requested_through_rest_api,
     server_display_names,
     uncount_refusal,
 )
@@ -652,32 +651,12 @@ class ColocatingKubeSpawner(KubeSpawner):  # type: ignore[misc]  # KubeSpawner s
             late.task.cancel()
 
     def _refusal(self, decision: Decision, pod: JsonDict) -> ColocationRefused:
-        args = {
-            "username": self.user.name,
-            "server_name": self.name,
-            "user_label": safe_slug(self.user.name, is_valid=is_valid_label),
-            "has_profiles": bool(self.profile_list),
-            "display_names": self.server_display_names(),
-        }
-        shown = messages.user_html(decision, pod, **args)
-        if decision.way_out is not None:
-            form = messages.way_out_form_html(
-                decision.way_out, action=self.way_out_url(), display_names=args["display_names"]
-            )
-            shown = shown.removesuffix("</div>") + form + "</div>"
-        return ColocationRefused(
-            messages.user_message(decision, pod, **args),
-            shown,
-            messages.operator_line(decision, username=self.user.name, server_name=self.name),
-            decision=decision,
-        )
+        return refusing.refused(self, decision, pod)
 
     def way_out_url(self) -> str:
         """The way out's handler for this server (``nebari_colocate.handlers``), under the
         hub's base URL: where the button of a refusal with a way out posts."""
-        base = getattr(getattr(self, "hub", None), "base_url", None) or "/hub/"
-        path = url_path_join(base, "colocate/way-out", url_escape_path(self.user.name))
-        return f"{path}/{url_escape_path(self.name or '')}"
+        return refusing.way_out_url(self)
 
     def _remember(self, refused: ColocationRefused) -> None:
         """Keep the refusal as ``colocation_failure``, with what the way out re-checks before it
@@ -741,16 +720,9 @@ class ColocatingKubeSpawner(KubeSpawner):  # type: ignore[misc]  # KubeSpawner s
         return [c for c in sorted(claims) if is_exclusive(view.claim_access_modes(c) or default)]
 
     async def _hold(self, refusal: ColocationRefused) -> None:
-        """Keep a REST-requested refused spawn pending for ``refusal_hold_seconds``, with the
-        reason in the progress stream, so pages that look again see how it ended."""
-        self._remember(refusal)
-        if self.refusal_hold_seconds <= 0 or not requested_through_rest_api(self):
-            return
-        self._held_refusal = refusal
-        try:
-            await asyncio.sleep(self.refusal_hold_seconds)
-        finally:
-            self._held_refusal = None
+        """Keep a REST-requested refused spawn pending for ``refusal_hold_seconds``
+        (:func:`nebari_colocate.refusing.hold`)."""
+        await refusing.hold(self, refusal)
 
     def _serialize(self, pod: Any) -> JsonDict:
         serialized: JsonDict = self.api.api_client.sanitize_for_serialization(pod)

@@ -1,0 +1,65 @@
+"""The refusal a spawn raises when its check refuses it: the user's words (``messages``) with the
+way out's form posting to the server's way-out URL, and the hold that keeps a refused spawn
+requested through the REST API pending with its reason (docs/decisions.md, "The way out";
+docs/surfaces.md).  The functions take the spawner itself (KubeSpawner ships no types:
+``Any``); the record is :class:`nebari_colocate.refusal.Refusal`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from jupyterhub.utils import url_escape_path, url_path_join
+from kubespawner.slugs import is_valid_label, safe_slug
+
+from . import messages
+from .jupyterhub import ColocationRefused, requested_through_rest_api
+from .objects import JsonDict
+from .placement import Decision
+
+__all__ = ["hold", "refused", "way_out_url"]
+
+
+def refused(spawner: Any, decision: Decision, pod: JsonDict) -> ColocationRefused:
+    """The exception that refuses ``spawner``'s spawn of ``pod`` on ``decision``."""
+    args = {
+        "username": spawner.user.name,
+        "server_name": spawner.name,
+        "user_label": safe_slug(spawner.user.name, is_valid=is_valid_label),
+        "has_profiles": bool(spawner.profile_list),
+        "display_names": spawner.server_display_names(),
+    }
+    shown = messages.user_html(decision, pod, **args)
+    if decision.way_out is not None:
+        form = messages.way_out_form_html(
+            decision.way_out, action=spawner.way_out_url(), display_names=args["display_names"]
+        )
+        shown = shown.removesuffix("</div>") + form + "</div>"
+    return ColocationRefused(
+        messages.user_message(decision, pod, **args),
+        shown,
+        messages.operator_line(decision, username=spawner.user.name, server_name=spawner.name),
+        decision=decision,
+    )
+
+
+def way_out_url(spawner: Any) -> str:
+    """The way out's handler for ``spawner``'s server (``nebari_colocate.handlers``), under the
+    hub's base URL: where the button of a refusal with a way out posts."""
+    base = getattr(getattr(spawner, "hub", None), "base_url", None) or "/hub/"
+    path = url_path_join(base, "colocate/way-out", url_escape_path(spawner.user.name))
+    return f"{path}/{url_escape_path(spawner.name or '')}"
+
+
+async def hold(spawner: Any, refusal: ColocationRefused) -> None:
+    """Keep a REST-requested refused spawn pending for ``refusal_hold_seconds``, with the
+    reason in the progress stream, so pages that look again see how it ended."""
+    spawner._remember(refusal)
+    if spawner.refusal_hold_seconds <= 0 or not requested_through_rest_api(spawner):
+        return
+    spawner._held_refusal = refusal
+    try:
+        await asyncio.sleep(spawner.refusal_hold_seconds)
+    finally:
+        spawner._held_refusal = None
