@@ -27,6 +27,9 @@ async def test_add_new_server_on_the_home_page(kube, start_hub, browser_page, ar
 
     await log_in(page, hub, "alice")
     await page.goto(f"{hub.url}/hub/home")
+    # the button's handler is bound by the home page's scripts once they have loaded: on a
+    # loaded machine a click before that did nothing (the page stayed on /hub/home)
+    await page.wait_for_load_state("networkidle")
     await page.fill(".new-server-name", "big-app")
     await page.click(".new-server-btn")
     if JUPYTERHUB_MAJOR >= 6:
