@@ -83,7 +83,7 @@ def test_every_private_attribute_we_read_is_still_set_by_kubespawner_or_jupyterh
 
 def test_the_table_names_every_kubespawner_private_name_the_package_uses():
     package = ROOT / "nebari_colocate"
-    text = "".join(p.read_text() for p in package.glob("*.py"))
+    text = "".join(p.read_text() for p in package.rglob("*.py"))
     used = set(re.findall(r"\b(?:self|spawner|super\(\))\.(_[a-zA-Z]\w*)", text))
     theirs = {n for n in used if hasattr(KubeSpawner, n)} | {n for n in used if n in ATTRIBUTES}
     # names both sides define because we override them are in OVERRIDDEN; the rest are reads
