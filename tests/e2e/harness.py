@@ -31,7 +31,7 @@ from urllib.parse import quote
 
 import aiohttp
 
-from tests.support.controlplane import free_port, tail
+from tests.support.controlplane import free_ports, tail
 from tests.support.waiting import wait_until
 
 HERE = Path(__file__).resolve().parent
@@ -136,9 +136,8 @@ class Hub:
         self.kubeconfig = kubeconfig
         self.namespace = namespace
         self.api_token = secrets.token_hex(16)
-        self.proxy_port = free_port()
-        self.hub_port = free_port()
-        self.proxy_api_port = free_port()
+        # chosen together, so that no two of a hub's ports are the same
+        self.proxy_port, self.hub_port, self.proxy_api_port, server_port, japps_port = free_ports(5)
         self.url = f"http://127.0.0.1:{self.proxy_port}"
         self.settings = {
             "workdir": str(self.workdir),
@@ -152,11 +151,11 @@ class Hub:
             "consecutive_failure_limit": 0,
             # The pods' server port: one per hub, so a single-user stub of another test run on
             # this machine (pod IPs 127.0.0.X repeat across control planes) never answers.
-            "server_port": free_port(),
+            "server_port": server_port,
             **settings,
         }
         if self.settings.get("jhub_apps"):
-            self.settings.setdefault("japps_port", free_port())
+            self.settings.setdefault("japps_port", japps_port)
         if self.settings.get("jhub_apps") == "data-science-pack":
             # The replica's 02-jhub-apps.py binds this (data-science-pack: 0.0.0.0:8000).
             values = self.settings.setdefault("helm_values", {})

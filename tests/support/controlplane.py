@@ -86,9 +86,20 @@ KWOK_READY = "watching stages"
 
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that was free a moment ago."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((HOST, 0))
-        return s.getsockname()[1]
+    return free_ports(1)[0]
+
+
+def free_ports(count: int) -> list[int]:
+    """``count`` different TCP ports on 127.0.0.1 that were free a moment ago: every socket is
+    held until all are chosen (ports chosen one after another can repeat: a hub's proxy and
+    hub were once given the same port, and the hub could not bind)."""
+    with contextlib.ExitStack() as held:
+        ports = []
+        for _ in range(count):
+            s = held.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
+            s.bind((HOST, 0))
+            ports.append(s.getsockname()[1])
+        return ports
 
 
 def tail(path: str | os.PathLike[str] | None, lines: int = 40, width: int = 400) -> str:
