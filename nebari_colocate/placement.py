@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from . import fit, preemption
+from . import fit, preemption, setmove
 from .config import (
     DEFAULT_PREMIUM_NODE_POLICY,
     DEFAULT_PREMIUM_RESOURCES,
@@ -341,7 +341,7 @@ def decide(pod: Obj, state: ClusterState, policy: Policy) -> Decision:
 
     if decision.reasons:
         decision.verdict = REFUSE
-        decision.way_out = _way_out(pod, decision, holding, state, namespace)
+        decision.way_out = _way_out(pod, decision, holding, state, namespace, policy=policy)
     return decision
 
 
@@ -353,18 +353,33 @@ def _way_out(
     namespace: str,
     *,
     pinned: bool = False,
+    policy: Policy | None = None,
 ) -> WayOut | None:
-    """Step 8 (``docs/decisions.md``, "The way out"): the user's own servers to stop."""
-    return way_out(
+    """Step 8 (``docs/decisions.md``, "The way out"): the user's own servers to stop; where
+    the pinned node lacks room only, also the move of the whole set (``setmove``)."""
+    remedies = [stopping_helps(code) for code in decision.reasons]
+    label_value = (meta(pod).get("labels") or {}).get(USERNAME_LABEL)
+    found = way_out(
         pod,
-        remedies=[stopping_helps(code) for code in decision.reasons],
+        remedies=remedies,
         holder_pods=holding,
         node_name=decision.node,
         pinned_by_holders=pinned or decision.pinned_by == PINNED_BY_HOLDERS,
         state=state,
         namespace=namespace,
-        label_value=(meta(pod).get("labels") or {}).get(USERNAME_LABEL),
+        label_value=label_value,
     )
+    if found is None or policy is None or set(remedies) != {ROOM}:
+        return found
+    move = setmove.whole_set_move(
+        pod,
+        holding,
+        state,
+        node_name=decision.node,
+        premium_resources=policy.premium_resources,
+        label_value=label_value,
+    )
+    return WayOut(found.stop, found.start, move) if move is not None else found
 
 
 def _read_only_everywhere(

@@ -49,6 +49,7 @@ from .objects import (
     pod_user,
     spec,
 )
+from .setmove import Move
 from .state import ClusterState
 
 # Whether stopping the user's own servers that hold the volume can let a refused server start:
@@ -70,14 +71,20 @@ MAX_ENUMERATED_HOLDERS = 12
 
 @dataclass(frozen=True)
 class WayOut:
-    """Stop these servers (``""`` is the default server), then start ``start``."""
+    """Stop these servers (``""`` is the default server), then start ``start``; or, where
+    ``move`` is not None, move the whole set to a node that holds it (:mod:`.setmove`)."""
 
     stop: tuple[str, ...]
     start: str
+    move: Move | None = None
 
     def as_json(self) -> JsonDict:
-        """The ``way_out`` field of ``simulate --json`` (``docs/cli.md``)."""
-        return {"stop": list(self.stop), "start": self.start}
+        """The ``way_out`` field of ``simulate --json`` (``docs/cli.md``); ``move`` only when
+        there is one."""
+        found: JsonDict = {"stop": list(self.stop), "start": self.start}
+        if self.move is not None:
+            found["move"] = self.move.as_json()
+        return found
 
 
 #: why a server the way out or the move stopped did not stop (:attr:`StepFacts.why`): JupyterHub's
