@@ -50,6 +50,7 @@ from traitlets.config import Config
 
 from . import messages, metrics
 from .config import jupyterhub_value
+from .history import MOVE_OFF_PREMIUM, WAY_OUT, record_way_out
 from .objects import GPU_RESOURCES
 from .refusal import WayOutBlockers
 from .release import HomeRelease
@@ -398,6 +399,17 @@ class _ColocateHandler(BaseHandler):  # type: ignore[misc]  # JupyterHub ships n
 
     #: what this handler raises when it ends part-way
     failure: ClassVar[type[_StepFailed]]
+    #: what it takes, as the history records it (``history.WAY_OUT_KINDS``)
+    kind: ClassVar[str]
+    #: the request's user, server started ("" the default) and servers stopped or moved
+    _subject: tuple[str, str, tuple[str, ...]] = ("", "", ())
+
+    def _count(self, outcome: str) -> None:
+        """Count ``outcome`` (``nebari_colocate_way_out_total``) and record it for the
+        operator's page (:mod:`nebari_colocate.history`)."""
+        metrics.observe_way_out(outcome)
+        user, server, servers = self._subject
+        record_way_out(user, self.kind, outcome, server=server, servers=servers)
 
     async def _guard(
         self,
@@ -422,7 +434,7 @@ class _ColocateHandler(BaseHandler):  # type: ignore[misc]  # JupyterHub ships n
         await self._settle(user, shown)
         running = self._in_flight.get(user.name)
         if running is not None:
-            metrics.observe_way_out(BUSY)
+            self._count(BUSY)
             if same is not None and running == same:
                 return True
             raise self._failed(409, BUSY, **words, counted=True)
@@ -440,7 +452,7 @@ class _ColocateHandler(BaseHandler):  # type: ignore[misc]  # JupyterHub ships n
         try:
             await step
         except self.failure as failed:
-            metrics.observe_way_out(failed.outcome)
+            self._count(failed.outcome)
             raise
         finally:
             self._in_flight.pop(user.name, None)
@@ -449,7 +461,7 @@ class _ColocateHandler(BaseHandler):  # type: ignore[misc]  # JupyterHub ships n
         self, status: int, outcome: str, *, counted: bool = False, **words: Any
     ) -> _StepFailed:
         if not counted:
-            metrics.observe_way_out(outcome)
+            self._count(outcome)
         return self.failure(status, outcome, **words)
 
     def _allowed(self, user: Any, servers: Sequence[str]) -> bool:
@@ -498,11 +510,13 @@ class WayOutHandler(_ColocateHandler):
     """``POST /hub/colocate/way-out/<user>/<server>``: see the module docstring."""
 
     failure = WayOutFailed
+    kind = WAY_OUT
 
     @web.authenticated
     async def post(self, user_name: str, server_name: str = "") -> None:
         server_name = server_name or ""
         stop = tuple(dict.fromkeys(self.get_body_arguments("stop")))
+        self._subject = (user_name, server_name, stop)
         user = self.find_user(user_name)
         words: dict[str, Any] = {"start": server_name, "stop": stop}
         if await self._guard(
@@ -517,7 +531,7 @@ class WayOutHandler(_ColocateHandler):
             return
         spawner = user.spawners[server_name]
         if spawner.active:  # a second tab after the first one's start: nothing to do
-            metrics.observe_way_out(BUSY)
+            self._count(BUSY)
             self.redirect(self._pending_url(user, server_name), status=303)
             return
 
@@ -536,7 +550,7 @@ class WayOutHandler(_ColocateHandler):
                 words=words,
             ),
         )
-        metrics.observe_way_out(STARTED)
+        self._count(STARTED)
         self.redirect(self._pending_url(user, server_name), status=303)
 
     # ------------------------------------------------------------------------------------------
@@ -565,10 +579,12 @@ class MoveHandler(_ColocateHandler):
     """``POST /hub/colocate/move/<user>``: see the module docstring."""
 
     failure = MoveFailed
+    kind = MOVE_OFF_PREMIUM
 
     @web.authenticated
     async def post(self, user_name: str) -> None:
         servers = tuple(sorted(dict.fromkeys(self.get_body_arguments("server"))))
+        self._subject = (user_name, "", servers)
         node = self.get_body_argument("node", "")
         user = self.find_user(user_name)
         words: dict[str, Any] = {"servers": servers}
@@ -597,7 +613,7 @@ class MoveHandler(_ColocateHandler):
                 words=words,
             ),
         )
-        metrics.observe_way_out(MOVED)
+        self._count(MOVED)
         self.redirect(url_path_join(self.hub.base_url, "home"), status=303)
 
 

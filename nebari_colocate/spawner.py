@@ -84,6 +84,7 @@ from .config import (
 from .events import EventVerdict
 from .faults import KubernetesApiFault
 from .fit import requests_any
+from .history import record_refused
 from .jupyterhub import (
     JUPYTERHUB_MAJOR,
     ColocationRefused,
@@ -664,6 +665,7 @@ class ColocatingKubeSpawner(KubeSpawner):  # type: ignore[misc]  # KubeSpawner s
         refusal: Refusal = refused.refusal
         placed = self._colocation_decision if refusal.event_verdict is not None else None
         self.colocation_failure = kept(refusal, placed, lambda claims: self.home_pods(claims))
+        record_refused(self.user.name, self.name, refusal)
 
     # ------------------------------------------------------------------------------------------
     # what the way out reads (nebari_colocate.handlers)

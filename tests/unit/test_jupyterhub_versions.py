@@ -133,6 +133,8 @@ def holding_spawner(hold: float, through_api: bool):
         handler=handler_class.__new__(handler_class),
         _held_refusal=None,
         colocation_failure=None,
+        user=SimpleNamespace(name="alice"),
+        name="x",
     )
     spawner._remember = lambda r: ColocatingKubeSpawner._remember(spawner, r)
     return spawner
@@ -217,6 +219,17 @@ async def test_the_refusal_event_of_the_progress_stream_carries_the_way_out(
 
 
 def test_the_remembered_failure_keeps_the_way_out_for_the_handler():
-    spawner = SimpleNamespace(colocation_failure=None)
+    spawner = SimpleNamespace(colocation_failure=None, user=SimpleNamespace(name="alice"), name="b")
     ColocatingKubeSpawner._remember(spawner, way_out_refusal({"stop": ["a"], "start": "b"}))
     assert spawner.colocation_failure.way_out_json() == {"stop": ["a"], "start": "b"}
+
+
+def test_the_remembered_failure_is_recorded_for_the_operators_page():
+    from nebari_colocate.history import the_history
+
+    spawner = SimpleNamespace(colocation_failure=None, user=SimpleNamespace(name="alice"), name="b")
+    before = len(the_history().refusals)
+    ColocatingKubeSpawner._remember(spawner, way_out_refusal({"stop": ["a"], "start": "b"}))
+    kept = the_history().refusals[-1]
+    assert len(the_history().refusals) == before + 1
+    assert (kept.user, kept.server, kept.way_out, kept.mode) == ("alice", "b", True, "enforce")
