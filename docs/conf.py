@@ -52,7 +52,8 @@ html_theme_options = {"navigation_with_keys": False}
 
 
 def _own_config_traits(path: str) -> list[str]:
-    """Names of the configurable traits defined in the class body at ``path``, in source order."""
+    """Names of the configurable traits defined in the class body at ``path`` and in its bases of
+    this package (``HeadroomSpawner``), in source order."""
     import importlib
 
     from traitlets import TraitType
@@ -61,7 +62,9 @@ def _own_config_traits(path: str) -> list[str]:
     cls = getattr(importlib.import_module(module), name)
     return [
         attr
-        for attr, value in vars(cls).items()
+        for klass in cls.__mro__
+        if klass.__module__.startswith("nebari_colocate")
+        for attr, value in vars(klass).items()
         if isinstance(value, TraitType) and value.metadata.get("config")
     ]
 

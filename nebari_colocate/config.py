@@ -20,6 +20,7 @@ from traitlets import TraitError
 from traitlets.config import Config
 from traitlets.config.loader import LazyConfigValue
 
+from . import quantity
 from .objects import GPU_RESOURCES, RWO, RWX
 
 # --------------------------------------------------------------------------------------------------
@@ -80,6 +81,12 @@ DEFAULT_SHARE_POD_WATCH = True
 DEFAULT_DRY_RUN_REUSE_SECONDS = 600.0
 #: seconds a REST-requested refusal stays pending before it fails (``refusal_hold_seconds``)
 DEFAULT_REFUSAL_HOLD_SECONDS = 3.0
+#: ``colocation_headroom``: a first server is steered toward nodes with room for the user's usual
+#: set (off until an operator has measured it on the cluster: docs/performance.md, "capacity")
+DEFAULT_HEADROOM = False
+#: ``colocation_headroom_footprint``: the room (resource -> quantity) every user's first server
+#: looks for at least, beside the largest set the user has run before
+DEFAULT_HEADROOM_FOOTPRINT: dict[str, str] = {}
 #: what messages call the default server (``default_server_display_name``); None: chosen by
 #: whether jhub-apps built the spawner class
 DEFAULT_SERVER_DISPLAY_NAME: str | None = None
@@ -236,6 +243,29 @@ def check_display_name(value: Any) -> str | None:
     return value
 
 
+def check_headroom_footprint(value: Any) -> dict[str, Any]:
+    """A ``colocation_headroom_footprint``: a mapping of resource names (``cpu``, ``memory``,
+    ``nvidia.com/gpu``) to quantities the API would take (``"2"``, ``"8Gi"``), or TraitError."""
+    name = "colocation_headroom_footprint"
+    if not isinstance(value, Mapping):
+        raise TraitError(
+            f"{name} {value!r} must be a mapping of resource to quantity, for example "
+            '{"cpu": "2", "memory": "8Gi"}'
+        )
+    for resource, amount in value.items():
+        problem = label_key_problem(resource) if isinstance(resource, str) else "it is not a string"
+        if problem:
+            raise TraitError(f"{name} key {resource!r} is not a resource name: {problem}")
+        if isinstance(amount, bool) or not isinstance(amount, (str, int, float)):
+            raise TraitError(
+                f"{name}[{resource!r}] {amount!r} must be a quantity such as '2', '500m' or '8Gi'"
+            )
+        problem = quantity.problem(resource, amount)
+        if problem:
+            raise TraitError(f"{name}[{resource!r}] {amount!r} is not valid: {problem}")
+    return dict(value)
+
+
 def check_mode_conflicts(
     mode: str,
     storage_class: str | None,
@@ -324,6 +354,12 @@ SETTINGS: Mapping[str, Setting] = {
         DEFAULT_REFUSAL_HOLD_SECONDS, lambda value: check_seconds("refusal_hold_seconds", value)
     ),
     "default_server_display_name": Setting(DEFAULT_SERVER_DISPLAY_NAME, check_display_name),
+    "colocation_headroom": Setting(
+        DEFAULT_HEADROOM, lambda value: check_flag("colocation_headroom", value)
+    ),
+    "colocation_headroom_footprint": Setting(
+        dict(DEFAULT_HEADROOM_FOOTPRINT), check_headroom_footprint
+    ),
     "way_out_release_timeout": Setting(
         DEFAULT_WAY_OUT_RELEASE_TIMEOUT,
         lambda value: check_positive_seconds("way_out_release_timeout", value),

@@ -41,6 +41,8 @@ Keys (all optional)::
       colocate-premium-resources: [nvidia.com/gpu, amd.com/gpu]
       colocate-premium-node-policy: warn      # allow | warn | refuse
       colocate-check-timeout: 5
+      colocate-headroom: true                 # default false
+      colocate-headroom-footprint: {cpu: "2", memory: 8Gi}
 """
 
 from __future__ import annotations
@@ -83,6 +85,8 @@ KEYS = {
     "colocate-premium-resources": "premium_resources",
     "colocate-premium-node-policy": "premium_node_policy",
     "colocate-check-timeout": "colocation_check_timeout",
+    "colocate-headroom": "colocation_headroom",
+    "colocate-headroom-footprint": "colocation_headroom_footprint",
 }
 
 #: ColocatingKubeSpawner settings with no helm key: set them as ``c.ColocatingKubeSpawner.<name>``

@@ -84,6 +84,7 @@ from .config import (
 from .events import EventVerdict
 from .faults import KubernetesApiFault
 from .fit import requests_any
+from .headroom_spawner import HeadroomSpawner
 from .history import record_refused
 from .jupyterhub import (
     JUPYTERHUB_MAJOR,
@@ -104,7 +105,7 @@ from .wayout import PremiumRide, premium_rides
 __all__ = ["JUPYTERHUB_MAJOR", "ColocatingKubeSpawner", "ColocationRefused", "KubernetesApiFault"]
 
 
-class ColocatingKubeSpawner(KubeSpawner):  # type: ignore[misc]  # KubeSpawner ships no types
+class ColocatingKubeSpawner(HeadroomSpawner, KubeSpawner):  # type: ignore[misc]  # KubeSpawner ships no types
     """A KubeSpawner that co-locates a user's servers on exclusive (ReadWriteOnce) volumes.
 
     Before a server pod is created it looks at the user's other running servers and the
@@ -792,6 +793,7 @@ class ColocatingKubeSpawner(KubeSpawner):  # type: ignore[misc]  # KubeSpawner s
             # the move off a premium node: not pinned (the home was released), so keep the pod
             # off every premium node, or the scheduler may put it back where it was
             manifest = avoid_nodes(manifest, self.colocation_move_off)
+        manifest = self.headroom_manifest(manifest, decision)  # a first server: room for the rest
         lesson = self._admission_lesson(pod, manifest, decision)
         if self._colocation_lock_held or lesson is not None:
             self._colocation_release_task = asyncio.ensure_future(self._once_pod_visible(lesson))
@@ -845,7 +847,9 @@ class ColocatingKubeSpawner(KubeSpawner):  # type: ignore[misc]  # KubeSpawner s
         started = time.time()
         try:
             with self._awaiting_pod():
-                return await self._start_failing_fast()
+                started = await self._start_failing_fast()
+            self.remember_set()  # the set it runs in: the user's footprint (headroom_spawner)
+            return started
         except Exception as exc:
             error = api_faults.fault_error(self, exc, started=started)
             if error is None:

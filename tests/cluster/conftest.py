@@ -14,6 +14,7 @@ from traitlets.config import Config
 
 from nebari_colocate import ColocatingKubeSpawner
 from tests.support.spawning import make_spawner, stop_reflectors
+from tests.support.z2jh import USER_SCHEDULER, USER_SCHEDULER_PROFILE
 
 
 class Spawners:
@@ -53,6 +54,13 @@ class Spawners:
 
     async def stop_all(self):
         await asyncio.gather(*(s.stop(now=True) for s in self.started), return_exceptions=True)
+
+
+@pytest.fixture(scope="session")
+def user_scheduler(control_plane) -> str:
+    """zero-to-jupyterhub's user-scheduler beside the cluster's scheduler (session long)."""
+    control_plane.start_scheduler("user", [USER_SCHEDULER_PROFILE])
+    return USER_SCHEDULER
 
 
 @pytest.fixture

@@ -22,20 +22,12 @@ from tests.support import helpers
 from tests.support.z2jh import (
     USER_POD_TRAITS,
     USER_SCHEDULER,
-    USER_SCHEDULER_PROFILE,
     create_placeholders,
     ensure_priority_classes,
 )
 
 #: keeps a preempted placeholder terminating until the test lets it go
 SLOW_TO_GO = "colocate.test/slow-to-go"
-
-
-@pytest.fixture(scope="session")
-def user_scheduler(control_plane) -> str:
-    """zero-to-jupyterhub's user-scheduler beside the cluster's scheduler (session long)."""
-    control_plane.start_scheduler("user", [USER_SCHEDULER_PROFILE])
-    return USER_SCHEDULER
 
 
 @pytest.fixture(params=["default-scheduler", USER_SCHEDULER])

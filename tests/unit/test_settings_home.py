@@ -78,6 +78,8 @@ BAD_VALUES = {
     "colocation_unscheduled_timeout": 3,
     "default_server_display_name": 7,
     "way_out_release_timeout": 0,
+    "colocation_headroom": "on",
+    "colocation_headroom_footprint": {"cpu": "lots"},
 }
 
 
