@@ -509,7 +509,7 @@ class _ColocateHandler(BaseHandler):  # type: ignore[misc]  # JupyterHub ships n
 class WayOutHandler(_ColocateHandler):
     """``POST /hub/colocate/way-out/<user>/<server>``: see the module docstring."""
 
-    failure = WayOutFailed
+    failure: ClassVar[type[_StepFailed]] = WayOutFailed
     kind = WAY_OUT
 
     @web.authenticated
@@ -696,11 +696,12 @@ def install_notice(c: Config) -> bool:
     return True
 
 
-def install(c: Config) -> None:
-    """Add the way out's and the move's handlers to ``c.JupyterHub.extra_handlers`` (once),
-    after the operator's (a list, or ``extra_handlers.extend(...)`` as Nebari's theme does)."""
+def install(c: Config, more: Sequence[tuple[str, type[BaseHandler]]] = ()) -> None:
+    """Add the way out's and the move's handlers, then ``more`` (the move of the whole set's,
+    from ``helm``), to ``c.JupyterHub.extra_handlers`` (once), after the operator's (a list, or
+    ``extra_handlers.extend(...)`` as Nebari's theme does)."""
     handlers = list(jupyterhub_value(c, "extra_handlers") or [])
-    for path, handler in ((WAY_OUT_PATH, WayOutHandler), (MOVE_PATH, MoveHandler)):
+    for path, handler in ((WAY_OUT_PATH, WayOutHandler), (MOVE_PATH, MoveHandler), *more):
         if not any(len(h) > 1 and h[1] is handler for h in handlers):
             handlers.append((path, handler))
     c.JupyterHub.extra_handlers = handlers

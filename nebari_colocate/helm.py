@@ -166,11 +166,13 @@ def configure(
 
 
 def install_way_out(c: Config) -> None:
-    """The way out's hub handler in ``c.JupyterHub.extra_handlers`` (imported here: JupyterHub's
-    handlers are needed only in a hub)."""
+    """The way out's hub handlers (the way out, the move off a premium node, the move of the
+    whole set) in ``c.JupyterHub.extra_handlers`` (imported here: JupyterHub's handlers are
+    needed only in a hub)."""
     from .handlers import install
+    from .set_move_step import SET_MOVE_PATH, SetMoveHandler
 
-    install(c)
+    install(c, more=((SET_MOVE_PATH, SetMoveHandler),))
 
 
 def _configured(c: Config, trait: str, default: Any) -> Any:

@@ -357,27 +357,36 @@ def _way_out(
 ) -> WayOut | None:
     """Step 8 (``docs/decisions.md``, "The way out"): the user's own servers to stop; where
     the pinned node lacks room only, also the move of the whole set (``setmove``)."""
-    remedies = [stopping_helps(code) for code in decision.reasons]
-    label_value = (meta(pod).get("labels") or {}).get(USERNAME_LABEL)
     found = way_out(
         pod,
-        remedies=remedies,
+        remedies=[stopping_helps(code) for code in decision.reasons],
         holder_pods=holding,
         node_name=decision.node,
         pinned_by_holders=pinned or decision.pinned_by == PINNED_BY_HOLDERS,
         state=state,
         namespace=namespace,
-        label_value=label_value,
+        label_value=(meta(pod).get("labels") or {}).get(USERNAME_LABEL),
     )
-    if found is None or policy is None or set(remedies) != {ROOM}:
+    if found is not None and policy is not None:
+        found = with_move(pod, decision, found, state, policy)
+    return found
+
+
+def with_move(
+    pod: Obj, decision: Decision, found: WayOut, state: ClusterState, policy: Policy
+) -> WayOut:
+    """``found`` (the refusal's way out) with the move of the whole set (``setmove``) when the
+    pinned node lacks room only (every reason :data:`ROOM`) and a node holds the set, or an
+    autoscaler can add one; ``state`` must hold the nodes to choose from and their pods."""
+    if {stopping_helps(code) for code in decision.reasons} != {ROOM}:
         return found
     move = setmove.whole_set_move(
         pod,
-        holding,
+        decision.holder_pods,
         state,
         node_name=decision.node,
         premium_resources=policy.premium_resources,
-        label_value=label_value,
+        label_value=(meta(pod).get("labels") or {}).get(USERNAME_LABEL),
     )
     return WayOut(found.stop, found.start, move) if move is not None else found
 

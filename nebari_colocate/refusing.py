@@ -16,9 +16,24 @@ from kubespawner.slugs import is_valid_label, safe_slug
 from . import messages
 from .jupyterhub import ColocationRefused, requested_through_rest_api
 from .objects import JsonDict
-from .placement import Decision
+from .placement import Decision, with_move
 
-__all__ = ["hold", "refused", "way_out_url"]
+__all__ = ["hold", "move_url", "offer_move", "refused", "way_out_url"]
+
+
+def offer_move(spawner: Any, decision: Decision, pod: JsonDict) -> None:
+    """Add to ``decision``'s way out the move of the whole set, chosen among every node the
+    live view knows (the check itself reads only the pinned node); nothing when the view
+    cannot tell the room on every node, or the move is there already."""
+    found = decision.way_out
+    if found is None or found.move is not None:
+        return
+    try:
+        state = spawner.whole_set_state(pod)
+        if state is not None:
+            decision.way_out = with_move(pod, decision, found, state, spawner.colocation_policy())
+    except Exception:  # the refusal stands without its second way out
+        spawner.log.exception("colocate: the move of the whole set could not be judged")
 
 
 def refused(spawner: Any, decision: Decision, pod: JsonDict) -> ColocationRefused:
@@ -35,6 +50,11 @@ def refused(spawner: Any, decision: Decision, pod: JsonDict) -> ColocationRefuse
         form = messages.way_out_form_html(
             decision.way_out, action=spawner.way_out_url(), display_names=args["display_names"]
         )
+        move = decision.way_out.move
+        if move is not None:
+            form += messages.move_form_html(
+                move, action=move_url(spawner), display_names=args["display_names"]
+            )
         shown = shown.removesuffix("</div>") + form + "</div>"
     return ColocationRefused(
         messages.user_message(decision, pod, **args),
@@ -47,8 +67,18 @@ def refused(spawner: Any, decision: Decision, pod: JsonDict) -> ColocationRefuse
 def way_out_url(spawner: Any) -> str:
     """The way out's handler for ``spawner``'s server (``nebari_colocate.handlers``), under the
     hub's base URL: where the button of a refusal with a way out posts."""
+    return _handler_url(spawner, "colocate/way-out")
+
+
+def move_url(spawner: Any) -> str:
+    """The handler of the move of the whole set for ``spawner``'s server
+    (``nebari_colocate.set_move_step``): where the refusal's second button posts."""
+    return _handler_url(spawner, "colocate/move-set")
+
+
+def _handler_url(spawner: Any, handler: str) -> str:
     base = getattr(getattr(spawner, "hub", None), "base_url", None) or "/hub/"
-    path = url_path_join(base, "colocate/way-out", url_escape_path(spawner.user.name))
+    path = url_path_join(base, handler, url_escape_path(spawner.user.name))
     return f"{path}/{url_escape_path(spawner.name or '')}"
 
 

@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from .locks import UserLocks
     from .objects import JsonDict
     from .refusal import Refusal
+    from .state import ClusterState
     from .view import ClusterView
     from .wayout import PremiumRide
 
@@ -39,6 +40,8 @@ class HandlerSpawner(Protocol):
     premium_resources: list[str]
     #: the premium nodes the next start keeps off (the move), set on the spawner that starts
     colocation_move_off: tuple[tuple[str, str | None, str | None], ...]
+    #: the node the next start is pinned to (the move of the whole set), set on the spawner
+    colocation_move_to: str | None
     #: the last refusal, with what the way out re-checks
     colocation_failure: Refusal | None
 
@@ -61,6 +64,9 @@ class HandlerSpawner(Protocol):
     def premium_rides(self) -> tuple[PremiumRide, ...]: ...
 
     def premium_nodes(self) -> tuple[tuple[str, str | None, str | None], ...]: ...
+
+    def whole_set_state(self, pod: JsonDict) -> ClusterState | None:
+        """Every node and the pods on them, for the move of the whole set (None: not known)."""
 
     def server_display_names(self) -> dict[str, str]: ...
 

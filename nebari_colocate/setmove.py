@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from . import fit, quantity
 from .config import DEFAULT_PREMIUM_RESOURCES
@@ -54,6 +54,9 @@ class Move:
     restart: tuple[str, ...]
     start: str
     node: str | None
+    #: the manifest of the server to start, as it was refused (the move's handler checks
+    #: again, before it stops anything, that ``node`` still holds the set)
+    pod: Obj | None = field(default=None, compare=False, repr=False)
 
     def as_json(self) -> JsonDict:
         """``way_out.move`` of ``simulate --json`` (``docs/cli.md``)."""
@@ -115,6 +118,12 @@ def _leftover(node: Obj, used: Mapping[str, int], wanted: Mapping[str, int]) -> 
     }
     others = sorted(r for r in left if r not in ("cpu", "memory"))
     return (left.get("cpu", 0), left.get("memory", 0), *(left[r] for r in others))
+
+
+def holds_set(node_name: str, pods: Sequence[Obj], state: ClusterState) -> bool:
+    """Node ``node_name`` holds every pod of ``pods`` at once (the move's re-check)."""
+    node = state.nodes.get(node_name) if state.nodes is not None else None
+    return node is not None and _holds_set(node, pods, state, state.namespace) is not None
 
 
 def _holds_set(
@@ -225,4 +234,4 @@ def whole_set_move(
     )
     if target is None and not autoscaler_adds_nodes(state):
         return None
-    return Move(restart, start, target)
+    return Move(restart, start, target, pod)

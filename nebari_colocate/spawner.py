@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import time
 from collections.abc import AsyncIterator, Iterator, Sequence
 from datetime import datetime, timezone
@@ -99,6 +100,7 @@ from .objects import JsonDict, is_exclusive, pod_claims
 from .placement import COLOCATE, REFUSE, SKIP, Decision, Policy
 from .refusal import Refusal, kept
 from .shared_reflector import SharedPodReflector, awaiting, reflector_fields_ok
+from .state import ClusterState
 from .view import ClusterView
 from .wayout import PremiumRide, premium_rides
 
@@ -385,6 +387,9 @@ class ColocatingKubeSpawner(HeadroomSpawner, KubeSpawner):  # type: ignore[misc]
         #: the nodes ((name, hostname label, Karpenter NodePool label)) an unpinned pod is kept
         #: off (nebari_colocate.affinity.avoid_nodes)
         self.colocation_move_off: tuple[tuple[str, str | None, str | None], ...] = ()
+        #: for the next start only, set by the move of the whole set (set_move_step): the node
+        #: an unpinned pod is pinned to, the one chosen for the set (setmove.choose_target)
+        self.colocation_move_to: str | None = None
 
     def check_colocation_config(self) -> None:
         """Raise ColocationConfigError for settings that contradict each other."""
@@ -714,6 +719,11 @@ class ColocatingKubeSpawner(HeadroomSpawner, KubeSpawner):  # type: ignore[misc]
         view = self._live_view()
         return (view.premium_nodes(self.premium_resources) if view is not None else None) or ()
 
+    def whole_set_state(self, pod: JsonDict) -> ClusterState | None:
+        """Every node and the pods on them, from the live view: what the move of the whole set
+        chooses from (:meth:`ClusterView.whole_set_state`)."""
+        return self.colocation_view().whole_set_state(pod)
+
     def exclusive_claims_of(self, servers: Sequence[str]) -> list[str]:
         """The exclusive claims (by the live view's claims; a claim not known counts by
         ``storage_access_mode``) that this user's running ``servers`` mount."""
@@ -737,6 +747,7 @@ class ColocatingKubeSpawner(HeadroomSpawner, KubeSpawner):  # type: ignore[misc]
 
     async def _unless_refused(self, decision: Decision, pod: JsonDict) -> Decision:
         if decision.verdict == REFUSE:
+            refusing.offer_move(self, decision, pod)
             self._release_colocation_lock()
             refusal = self._refusal(decision, pod)
             await self._hold(refusal)
@@ -777,6 +788,10 @@ class ColocatingKubeSpawner(HeadroomSpawner, KubeSpawner):  # type: ignore[misc]
                 late.task.cancel()
             await self._acquire_colocation_lock()
             decision = await self._check(pod)
+        if self.colocation_move_to and decision.verdict == COLOCATE and decision.node is None:
+            # the move of the whole set: the home was released; pinned (and judged by fail fast
+            # as pinned) to the node chosen for the set
+            decision = dataclasses.replace(decision, node=self.colocation_move_to)
         self._colocation_decision = decision
         self._requests_premium = requests_any(pod, self.premium_resources)
         # A term that survived configure(c) (set by a pre_spawn_hook, user options, a config
@@ -857,6 +872,7 @@ class ColocatingKubeSpawner(HeadroomSpawner, KubeSpawner):  # type: ignore[misc]
             raise error from exc
         finally:
             self.colocation_move_off = ()  # for one start only
+            self.colocation_move_to = None
 
     async def poll(self) -> int | None:
         """KubeSpawner's poll; with the shared reflector, this server's pod is read by name

@@ -619,6 +619,23 @@ class ClusterView:
             return None
         return gathered.state(self.namespace)
 
+    def whole_set_state(self, pod: Obj) -> ClusterState | None:
+        """What the move of a user's whole set chooses from (``setmove``): the state of
+        :meth:`state_now` with every node the view knows and the pods on them; None when the
+        view is not live or the Nodes or the pods of every namespace cannot be read (the room
+        on a node would be a guess)."""
+        if not self.watches.started or not self.live:
+            return None
+        if self.nodes.forbidden or self.all_pods.forbidden:
+            return None
+        gathered = self._gather(pod)
+        nodes = self.nodes_by_name() or {}
+        gathered.nodes = nodes
+        for name in nodes:
+            for p in self.by_node.get(name):
+                gathered.pods[cache_key(p)] = p
+        return gathered.state(self.namespace)
+
     def _gather(self, pod: Obj) -> _Gathered:
         namespace = self.namespace
         gathered = _Gathered()

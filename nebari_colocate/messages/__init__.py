@@ -1,8 +1,8 @@
 """Every word a person reads.  (pure)
 
 Every sentence a person reads, one file per audience and surface: ``refusals``, ``advice``,
-``hub_log``, ``progress``, ``migrate``, ``reports``, ``command``, ``way_out``.  ``messages.<name>``
-reaches every name of every file (the words' one home; docs/architecture.md).
+``hub_log``, ``progress``, ``migrate``, ``reports``, ``command``, ``way_out``, ``set_move``.
+``messages.<name>`` reaches every name of every file (the words' one home; docs/architecture.md).
 """
 
 from __future__ import annotations
@@ -142,6 +142,7 @@ from .refusals import _unworded as _unworded
 from .refusals import _volume_node_affinity_words as _volume_node_affinity_words
 from .refusals import counted_holders as counted_holders
 from .refusals import holder_facts as holder_facts
+from .refusals import move_sentence as move_sentence
 from .refusals import own_servers as own_servers
 from .refusals import reason_sentences as reason_sentences
 from .refusals import server_label as server_label
@@ -157,6 +158,12 @@ from .reports import quantity as quantity
 from .reports import render_audit as render_audit
 from .reports import render_explain as render_explain
 from .reports import server_display as server_display
+from .set_move import SET_MOVE_WORDS as SET_MOVE_WORDS
+from .set_move import move_busy_label as move_busy_label
+from .set_move import move_button_label as move_button_label
+from .set_move import move_form_html as move_form_html
+from .set_move import set_move_failed as set_move_failed
+from .set_move import set_move_failed_html as set_move_failed_html
 from .way_out import _OUTCOME_CLASS as _OUTCOME_CLASS
 from .way_out import LEFT_BEHIND_WORDS as LEFT_BEHIND_WORDS
 from .way_out import MOVE_NOTHING_STOPPED as MOVE_NOTHING_STOPPED

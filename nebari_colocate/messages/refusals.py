@@ -5,7 +5,7 @@ the hub log's line of a decision.  (pure)
 from __future__ import annotations
 
 import html
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import NamedTuple
 
 from .. import fit
@@ -19,6 +19,7 @@ from ..placement import (
     SPLIT_ATTACHMENT,
     Decision,
 )
+from ..setmove import Move
 from ..wayout import WayOut
 from .advice import _advice, _join
 
@@ -319,6 +320,7 @@ class _Refusal(NamedTuple):
     in_use: list[str]  # every other holder: the user's own pods named, the rest counted
     advice: str  # what to do
     way_out: str | None  # the way out's action (:func:`way_out_sentence`), if there is one
+    move: str | None  # the move of the whole set (:func:`move_sentence`), if there is one
 
 
 def _refusal(
@@ -344,6 +346,9 @@ def _refusal(
         in_use,
         _advice(decision, servers, has_profiles, len(facts.pods), facts.other_servers),
         None if way_out is None else way_out_sentence(way_out, display_names),
+        None
+        if way_out is None or way_out.move is None
+        else move_sentence(way_out.move, display_names),
     )
 
 
@@ -377,7 +382,32 @@ def user_message(
     parts.append(r.advice)
     if r.way_out is not None:
         parts.append(f"The way out: {r.way_out}")
+    if r.move is not None:
+        parts.append(f"Or: {r.move}")
     return " ".join(parts)
+
+
+_COUNTS = {2: "both", 3: "all three", 4: "all four", 5: "all five", 6: "all six"}
+
+
+def _all(count: int) -> str:
+    return _COUNTS.get(count, f"all {count}")
+
+
+def _names(names: Sequence[str], display_names: Mapping[str, str] | None) -> str:
+    return _join([server_label(n, display_names) for n in names])
+
+
+def move_sentence(move: Move, display_names: Mapping[str, str] | None = None) -> str:
+    """ "Restart 'Pandas App' and your default server together on a machine with room for all
+    three, then start 'Big App' (running kernels restart).": the move of the whole set
+    (``setmove``), with the names the user knows; no node, label or claim is named."""
+    where = "a new machine" if move.node is None else "a machine"
+    return (
+        f"Restart {_names(move.restart, display_names)} together on {where} with room for "
+        f"{_all(len(move.restart) + 1)}, then start {server_label(move.start, display_names)} "
+        "(running kernels restart)."
+    )
 
 
 def way_out_sentence(way_out: WayOut, display_names: Mapping[str, str] | None = None) -> str:
@@ -445,4 +475,6 @@ def user_html(
     body.append(f"<div>{esc(r.advice)}</div>")
     if r.way_out is not None:
         body.append(f'<div class="colocate-way-out">The way out: {esc(r.way_out)}</div>')
+    if r.move is not None:
+        body.append(f'<div class="colocate-way-out colocate-set-move">Or: {esc(r.move)}</div>')
     return f'<div class="colocate-message" style="text-align: left">{"".join(body)}</div>'

@@ -27,6 +27,7 @@ from nebari_colocate import ColocatingKubeSpawner
 from nebari_colocate.config import DEFAULT_PREMIUM_RESOURCES, jupyterhub_value
 from nebari_colocate.handlers import MoveHandler, WayOutHandler
 from nebari_colocate.helm import HUB_TEMPLATES, _configured, configure
+from nebari_colocate.set_move_step import SetMoveHandler
 
 from .test_spawner_config import offline_kubeconfig  # noqa: F401  (autouse fixture)
 
@@ -126,7 +127,8 @@ def test_configure_keeps_the_operators_entries_of_every_jupyterhub_key_in_every_
     hub = hub_from(c)
     value = getattr(hub, key)
     if key == "extra_handlers":
-        assert value == [*expected, (value[-2][0], WayOutHandler), (value[-1][0], MoveHandler)]
+        ours = [WayOutHandler, MoveHandler, SetMoveHandler]
+        assert value == [*expected, *((value[i - 3][0], h) for i, h in enumerate(ours))]
     elif key == "template_paths":
         at = expected.index(JUPYTERHUB_TEMPLATES) if JUPYTERHUB_TEMPLATES in expected else None
         ours = [*expected]
@@ -230,7 +232,13 @@ def test_nebari_s_theme_then_configure_starts_the_real_hub_with_every_handler_an
     hub = JupyterHub()
     hub.load_config_file(path.name, path=str(tmp_path))
     handlers = [(p, h.__name__) for p, h in hub.extra_handlers]
-    assert [h for _, h in handlers] == ["Theme", "WayOutHandler", "MoveHandler", "Theme"]
+    assert [h for _, h in handlers] == [
+        "Theme",
+        "WayOutHandler",
+        "MoveHandler",
+        "SetMoveHandler",
+        "Theme",
+    ]
     assert hub.template_paths == [str(HUB_TEMPLATES), JUPYTERHUB_TEMPLATES, "/srv/theme"]
     assert hub.template_vars["hub_title"] == "Nebari"
     assert hub.services == [{"name": "argo", "url": "http://127.0.0.1:1"}]

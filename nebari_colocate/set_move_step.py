@@ -1,0 +1,290 @@
+"""The move of the whole set, taken: one click moves the user's servers that hold the home, and
+the server they kept from starting, together to a node with room for all of them.
+
+``POST {hub}/colocate/move-set/<user>/<server>`` with form fields ``restart`` (each server the
+refusal's move restarts, ``""`` for the default server), ``node`` (the node chosen for the set,
+``""`` for a node an autoscaler adds) and ``_xsrf``.  :func:`nebari_colocate.handlers.install`
+adds it beside the way out's and the move's.  See ``docs/decisions.md``, "The move of the whole
+set".
+
+The same rules as the way out (:mod:`nebari_colocate.handlers`): logged in, XSRF-checked,
+JupyterHub's ``servers`` scope on every server it stops and starts (403), one way out or move per
+user at a time (409 busy); under the user's lock it checks again that the refusal's move is
+still the one posted, that the user's servers holding the home are those of the refusal, each
+running, and that the chosen node still holds the whole set (409 stale, nothing stopped); it
+stops the set, waits for the release (no pod holds the home, no VolumeAttachment on the old
+node), then starts each server again with its stored options and then the new one, each pinned
+to the chosen node (``colocation_move_to``), and answers 303 to the new server's spawn-pending
+page.  Any failure part way ends in words (:func:`nebari_colocate.messages.set_move_failed`),
+and whatever was stopped is started again where it fits (not pinned: the check places it
+beside the home, wherever that is).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+from tornado import web
+
+from . import messages, setmove
+from .handlers import (
+    BUSY,
+    RELEASE_TIMEOUT,
+    STALE,
+    StopServer,
+    WayOutHandler,
+    _options,
+    _released,
+    _start_detail,
+    _start_failure,
+    _StepFailed,
+    _stop_all,
+    _unless_left_behind,
+    _user_lock,
+)
+from .history import MOVE_SET
+from .objects import is_server, owned_by
+from .refusal import WayOutBlockers
+from .seam import HandlerSpawner
+from .wayout import StepFacts, home_holders
+
+#: the handler's path under the hub's base URL: user, then the server to start
+SET_MOVE_PATH = r"/colocate/move-set/([^/]+)/?([^/]*)"
+
+#: outcomes (``nebari_colocate_way_out_total{outcome}``): the set runs together on its node;
+#: the node chosen had no room when the servers started there
+SET_MOVED, NO_ROOM = "set-moved", "no-room"
+
+StartServer = Callable[[str, dict[str, Any]], Awaitable[None]]
+
+
+class SetMoveFailed(_StepFailed):
+    """A move of the whole set that ended part-way, with the words of its error page."""
+
+    what = "move of the whole set"
+    text = staticmethod(messages.set_move_failed)
+    page = staticmethod(messages.set_move_failed_html)
+
+
+def _recheck(
+    spawner: HandlerSpawner,
+    restart: tuple[str, ...],
+    node: str,
+    is_running: Callable[[str], bool],
+    words: dict[str, Any],
+) -> tuple[setmove.Move, WayOutBlockers]:
+    """The refusal's move and blockers, if nothing changed since the refusal; else 409."""
+    failure = spawner.colocation_failure
+    way_out = failure.way_out if failure is not None else None
+    move = way_out.move if way_out is not None else None
+    blockers = failure.blockers if failure is not None else None
+    if move is None or blockers is None or move.restart != restart or (move.node or "") != node:
+        raise SetMoveFailed(409, STALE, **words)
+    if not restart or not all(is_running(name) for name in restart):
+        raise SetMoveFailed(409, STALE, **words)
+    claims = list(blockers.claims)
+    pods = spawner.home_pods(claims)
+    username, label = spawner.user.name, spawner.colocation_label_value
+    if home_holders(pods, claims, username, label) != (blockers.servers, 0):
+        raise SetMoveFailed(409, STALE, **words)
+    if blockers.servers != restart:
+        raise SetMoveFailed(409, STALE, **words)
+    if move.node is not None:
+        # the chosen node still holds the whole set (another pod may have taken its room)
+        state = spawner.whole_set_state(dict(move.pod or {}))
+        held = [p for p in pods if is_server(p) and owned_by(p, username, label)]
+        if state is None or not setmove.holds_set(move.node, [*held, move.pod or {}], state):
+            raise SetMoveFailed(409, STALE, **words)
+    return move, blockers
+
+
+async def move_whole_set(
+    spawner: HandlerSpawner,
+    restart: Sequence[str],
+    node: str,
+    *,
+    spawner_of: Callable[[str], Any],
+    is_running: Callable[[str], bool],
+    stop_server: StopServer,
+    start_server: StartServer,
+    words: dict[str, Any],
+) -> None:
+    """The move of ``spawner``'s last refusal: under the user's lock, check that nothing
+    changed, stop ``restart``, wait for the release; then start each of ``restart`` again and
+    then ``spawner``'s server, all on ``node`` (``""``: wherever an autoscaler adds room).
+    ``start_server(name, options)`` returns once the server runs and raises if it did not
+    start.  SetMoveFailed (not yet counted) if any step ends it; whatever was stopped is
+    started again first, where it fits.  ``spawner_of(name)`` is asked again for each start
+    (JupyterHub makes a new Spawner object for a stopped server's next start)."""
+    restart = tuple(sorted(set(restart)))
+    failed: SetMoveFailed | None = None
+    async with _user_lock(spawner, "whole_set_state", SetMoveFailed, words):
+        move, blockers = _recheck(spawner, restart, node, is_running, words)
+        options = {name: _options(spawner_of(name)) for name in restart}
+        options[move.start] = _options(spawner)
+        deadline = time.monotonic() + spawner.way_out_release_timeout
+        claims = list(blockers.claims)
+        try:
+            await _stop_all(
+                restart, stop_server, deadline, lambda **kw: SetMoveFailed(**kw, **words)
+            )
+            if not await _released(
+                spawner, claims, restart, all_holders=True, node=blockers.node, deadline=deadline
+            ):
+                await _unless_left_behind(
+                    spawner, claims, restart, blockers.node, SetMoveFailed, words
+                )
+                raise SetMoveFailed(
+                    504,
+                    RELEASE_TIMEOUT,
+                    **words,
+                    seconds=spawner.way_out_release_timeout,
+                    facts=StepFacts(stopped=restart),
+                )
+        except SetMoveFailed as exc:
+            failed = exc
+    if failed is not None:
+        # nothing moved: what was stopped starts again where it fits (beside the home)
+        facts = failed.facts or StepFacts()
+        running, not_started, detail = await _start_each(
+            facts.stopped, None, spawner_of, start_server, options
+        )
+        raise SetMoveFailed(
+            failed.status_code,
+            failed.outcome,
+            **words,
+            seconds=spawner.way_out_release_timeout,
+            detail=detail,
+            facts=dataclasses.replace(facts, running=running, not_started=not_started),
+        )
+    await _start_together(move, restart, node, spawner_of, start_server, options, words)
+
+
+async def _start_together(
+    move: setmove.Move,
+    restart: tuple[str, ...],
+    node: str,
+    spawner_of: Callable[[str], Any],
+    start_server: StartServer,
+    options: dict[str, dict[str, Any]],
+    words: dict[str, Any],
+) -> None:
+    """Start ``restart`` on ``node``, then the new server; a server the node cannot take is
+    started again where it fits, and the new one is then not started (NO_ROOM)."""
+    running, failures, _ = await _start_each(
+        restart, node or None, spawner_of, start_server, options
+    )
+    if failures:
+        # the node has no room any more: what did not start there starts again where it fits
+        again, not_started, detail = await _start_each(
+            failures, None, spawner_of, start_server, options
+        )
+        facts = StepFacts(stopped=restart, running=(*running, *again), not_started=not_started)
+        raise SetMoveFailed(409, NO_ROOM, **words, detail=detail, facts=facts)
+    try:
+        await _start_one(move.start, node or None, spawner_of, start_server, options)
+    except Exception as exc:
+        facts = StepFacts(stopped=restart, running=restart)
+        raise SetMoveFailed(
+            *_start_failure(exc), **words, detail=_start_detail(exc), facts=facts
+        ) from exc
+
+
+async def _start_one(
+    name: str,
+    node: str | None,
+    spawner_of: Callable[[str], Any],
+    start_server: StartServer,
+    options: dict[str, dict[str, Any]],
+) -> None:
+    target = spawner_of(name)
+    target.colocation_move_to = node
+    try:
+        await start_server(name, options[name])
+    finally:
+        target.colocation_move_to = None
+
+
+async def _start_each(
+    names: Sequence[str],
+    node: str | None,
+    spawner_of: Callable[[str], Any],
+    start_server: StartServer,
+    options: dict[str, dict[str, Any]],
+) -> tuple[tuple[str, ...], tuple[str, ...], str]:
+    """Start every one of ``names`` (on ``node``, or where it fits), whatever the others do:
+    (those that run, those that did not start, the first failure's words)."""
+    running: list[str] = []
+    failed: list[str] = []
+    detail = ""
+    for name in names:
+        try:
+            await _start_one(name, node, spawner_of, start_server, options)
+        except Exception as exc:
+            failed.append(name)
+            detail = detail or _start_detail(exc)
+        else:
+            running.append(name)
+    return tuple(running), tuple(failed), detail
+
+
+class SetMoveHandler(WayOutHandler):
+    """``POST /hub/colocate/move-set/<user>/<server>``: see the module docstring; the way
+    out's handler but for its step (a click while the refused spawn is still held pending
+    waits for the hold to end, as there)."""
+
+    failure = SetMoveFailed
+    kind = MOVE_SET
+
+    @web.authenticated
+    async def post(self, user_name: str, server_name: str = "") -> None:
+        server_name = server_name or ""
+        restart = tuple(sorted(dict.fromkeys(self.get_body_arguments("restart"))))
+        self._subject = (user_name, server_name, restart)
+        node = self.get_body_argument("node", "")
+        user = self.find_user(user_name)
+        words: dict[str, Any] = {"start": server_name, "restart": restart}
+        if await self._guard(
+            user,
+            (*restart, server_name),
+            words,
+            whole=bool(restart) and server_name not in restart,
+            shown=server_name,
+            same=server_name,
+            fresh=lambda u: server_name in u.orm_spawners,
+        ):
+            self.redirect(self._pending_url(user, server_name), status=303)
+            return
+        if user.spawners[server_name].active:  # a second tab after the first one's start
+            self._count(BUSY)
+            self.redirect(self._pending_url(user, server_name), status=303)
+            return
+
+        async def start_server(name: str, options: dict[str, Any]) -> None:
+            await self.spawn_single_user(user, name, options=options)
+            # JupyterHub answers once its slow_spawn_timeout has passed; the move goes on only
+            # once the server runs (a start that fails later raises here)
+            future = getattr(user.spawners[name], "_spawn_future", None)
+            if future is not None:
+                await asyncio.shield(future)
+
+        await self._under_way(
+            user,
+            server_name,
+            move_whole_set(
+                user.spawners[server_name],
+                restart,
+                node,
+                spawner_of=lambda name: user.spawners[name],
+                is_running=lambda name: self._running(user, name),
+                stop_server=self._stopper(user),
+                start_server=start_server,
+                words=words,
+            ),
+        )
+        self._count(SET_MOVED)
+        self.redirect(self._pending_url(user, server_name), status=303)

@@ -1,0 +1,166 @@
+"""The move of the whole set (docs/decisions.md, "The move of the whole set") on the real control
+plane (kube-scheduler, kube-controller-manager's attach/detach controller, kwok): the step the hub's
+handler runs (:func:`~nebari_colocate.set_move_step.move_whole_set`) with real spawners for the
+stop and the start.
+
+alice's default server and 'pandas-app' (1 CPU each) and bob's server (2 CPU) fill node n1 (4
+CPU); 'big' (3 CPU) is refused there for lack of room. Node n2 (8 CPU) holds alice's whole set,
+so the refusal offers, beside the way out, the move of all three to n2:
+
+- taken, every server of the set runs on n2, and the home's volume is attached there only;
+- stale (n2's room taken after the refusal): 409, nothing stopped;
+- part way (n2's room taken after the stop): what was stopped starts again where it fits (n1),
+  and the words say so.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from nebari_colocate.set_move_step import SetMoveFailed, move_whole_set
+from tests.support.waiting import wait_until
+
+PYTHON_WORDS = ("Error", "Exception", "Traceback", "RuntimeError")
+
+
+async def refused_set(kube, spawners):
+    """n1 full (alice's two servers, bob's), n2 with room; alice's 'big' refused on n1."""
+    n1, n2 = f"{kube.namespace}-n1", f"{kube.namespace}-n2"
+    await kube.create_node(n1, cpu="4")
+    await kube.create_bound_claim("claim-alice")
+    await kube.create_bound_claim("claim-bob")
+    servers = {
+        "": spawners.make("alice", cpu_guarantee=1),
+        "pandas-app": spawners.make("alice", "pandas-app", cpu_guarantee=1),
+    }
+    for server in servers.values():
+        await spawners.start(server)
+    await spawners.start(spawners.make("bob", cpu_guarantee=1.5))
+    await kube.create_node(n2, cpu="8")
+    big = spawners.make("alice", "big", cpu_guarantee=3)
+    servers["big"] = big
+
+    async def refused():
+        try:
+            await spawners.start(big)
+        except Exception as exc:
+            return exc
+        return None
+
+    # the live view has seen n2 once the refusal offers the move there
+    async def offered():
+        error = await refused()
+        failure = big.colocation_failure
+        move = failure.way_out.move if failure is not None and failure.way_out else None
+        return (error, move) if move is not None and move.node == n2 else None
+
+    error, _ = await wait_until(offered, timeout=30, what="the refusal to offer the move")
+    assert error.decision.reasons == ["insufficient:cpu"]
+    assert big.colocation_failure.way_out_json()["move"] == {
+        "restart": ["", "pandas-app"],
+        "start": "big",
+        "node": n2,
+        "new_node": False,
+    }
+    return n1, n2, servers
+
+
+def stepper(spawners, servers):
+    """The stop and the start as JupyterHub's handler gives them (a failed start is stopped,
+    as JupyterHub stops a server whose spawn failed)."""
+    stopped: list[str] = []
+
+    async def stop_server(name: str) -> None:
+        stopped.append(name)
+        await servers[name].stop(now=True)
+
+    async def start_server(name: str, options: dict) -> None:
+        try:
+            await spawners.start(servers[name])
+        except Exception:
+            await servers[name].stop(now=True)
+            raise
+
+    return stopped, stop_server, start_server
+
+
+async def take(servers, node, stopped, stop_server, start_server) -> None:
+    """The move of 'big''s refusal, as the handler takes it: alice's two servers to ``node``."""
+    await move_whole_set(
+        servers["big"],
+        ["", "pandas-app"],
+        node,
+        spawner_of=servers.__getitem__,
+        is_running=lambda name: name not in stopped,
+        stop_server=stop_server,
+        start_server=start_server,
+        words={"start": "big", "restart": ("", "pandas-app")},
+    )
+
+
+async def nodes_of(kube, servers) -> dict[str, str | None]:
+    pods = {p.metadata.name: p for p in (await kube.core.list_namespaced_pod(kube.namespace)).items}
+    return {
+        name: (pods[s.pod_name].spec.node_name if s.pod_name in pods else None)
+        for name, s in servers.items()
+    }
+
+
+async def test_the_whole_set_moves_to_a_node_with_room_for_all_of_it(kube, spawners):
+    _, n2, servers = await refused_set(kube, spawners)
+    stopped, stop_server, start_server = stepper(spawners, servers)
+    await take(servers, n2, stopped, stop_server, start_server)
+    assert stopped == ["", "pandas-app"]
+    assert await nodes_of(kube, servers) == {"": n2, "pandas-app": n2, "big": n2}
+    for server in servers.values():
+        await kube.wait_for_running(server.pod_name)
+
+    async def attached_on_n2_only():
+        pvc = await kube.core.read_namespaced_persistent_volume_claim("claim-alice", kube.namespace)
+        found = await kube.volume_attachments(pvc.spec.volume_name)
+        nodes = {va["spec"]["nodeName"] for va in found}
+        return nodes if nodes == {n2} else None
+
+    await wait_until(attached_on_n2_only, timeout=60, what="the home attached on n2 only")
+
+
+async def test_a_stale_move_stops_nothing(kube, spawners):
+    n1, n2, servers = await refused_set(kube, spawners)
+    # another pod takes n2's room after the refusal
+    await kube.create_pod("other-team", node_name=n2, requests={"cpu": "6"})
+
+    async def seen():
+        state = servers["big"].whole_set_state({"metadata": {}, "spec": {}})
+        pods = state.pods_on_node(n2) if state is not None else ()
+        return bool(pods) or None
+
+    await wait_until(seen, timeout=30, what="the live view to see n2 taken")
+    stopped, stop_server, start_server = stepper(spawners, servers)
+    with pytest.raises(SetMoveFailed) as failed:
+        await take(servers, n2, stopped, stop_server, start_server)
+    assert (failed.value.status_code, failed.value.outcome) == (409, "stale")
+    assert stopped == []
+    assert await nodes_of(kube, servers) == {"": n1, "pandas-app": n1, "big": None}
+
+
+async def test_a_move_whose_node_filled_up_starts_the_set_again_where_it_fits(kube, spawners):
+    n1, n2, servers = await refused_set(kube, spawners)
+    stopped, stop_server, start_server = stepper(spawners, servers)
+
+    async def stop_then_fill(name: str) -> None:
+        await stop_server(name)
+        if len(stopped) == 2:  # n2's room taken between the stop and the start
+            await kube.create_pod("other-team", node_name=n2, requests={"cpu": "7.5"})
+
+    with pytest.raises(SetMoveFailed) as failed:
+        await take(servers, n2, stopped, stop_then_fill, start_server)
+    assert (failed.value.status_code, failed.value.outcome) == (409, "no-room")
+    text = failed.value.jupyterhub_message
+    print(f"the move's page says: {text}")
+    assert text == (
+        "The machine chosen for your servers had no room for them any more, so nothing was "
+        "moved. Your default server and 'pandas-app' run again. 'big' was not started."
+    )
+    assert not any(word in text for word in PYTHON_WORDS)
+    assert "&#x27;pandas-app&#x27; run again" in failed.value.jupyterhub_html_message
+    assert await nodes_of(kube, servers) == {"": n1, "pandas-app": n1, "big": None}
