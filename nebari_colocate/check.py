@@ -31,6 +31,7 @@ from .admission import (
     model_from_created,
     shape_key,
 )
+from .config import MODE_ENFORCE
 from .faults import connection_failed
 from .informer import HubWatches
 from .known_modes import KnownModes
@@ -403,16 +404,20 @@ def told(
     log: logging.Logger | logging.LoggerAdapter[Any],
     username: str,
     server_name: str,
+    mode: str = MODE_ENFORCE,
 ) -> dict[str, float]:
     """Count and log a decision of the server ``server_name`` of user ``username``:
     ``check`` seconds gathering and deciding, and ``waited`` more waiting for what was sent and
     not awaited (``round_trip``: the dry run's own duration, or the wait for another check's);
-    its timings (``colocation_timings``: benchmarks read them)."""
+    its timings (``colocation_timings``: benchmarks read them).  In observe mode (``mode``) the
+    decision is counted with its mode, and logged by :mod:`nebari_colocate.observe_mode` with
+    what enforce would have done."""
     elapsed = check + waited
-    metrics.observe_decision(decision, elapsed, safe_side=safe)
-    line = messages.operator_line(decision, username=username, server_name=server_name)
-    say = log.warning if decision.verdict == REFUSE or decision.warnings else log.info
-    say("%s seconds=%.3f dry_run_seconds=%.3f", line, elapsed, round_trip)
+    metrics.observe_decision(decision, elapsed, safe_side=safe, mode=mode)
+    if mode == MODE_ENFORCE:
+        line = messages.operator_line(decision, username=username, server_name=server_name)
+        say = log.warning if decision.verdict == REFUSE or decision.warnings else log.info
+        say("%s seconds=%.3f dry_run_seconds=%.3f", line, elapsed, round_trip)
     return {
         "check": check,
         "dry_run": waited,

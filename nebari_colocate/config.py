@@ -31,10 +31,15 @@ ACCESS_MODES = (RWO, RWX)
 #: what to do with a server that needs no premium resource on a premium node
 POLICY_ALLOW, POLICY_WARN, POLICY_REFUSE = "allow", "warn", "refuse"
 PREMIUM_POLICIES = (POLICY_ALLOW, POLICY_WARN, POLICY_REFUSE)
+#: what the library does with its decisions (``colocation_mode``): ``enforce`` them, or only
+#: ``observe`` (decide and record what enforce would have done, change nothing)
+MODE_ENFORCE, MODE_OBSERVE = "enforce", "observe"
+COLOCATION_MODES = (MODE_ENFORCE, MODE_OBSERVE)
 
 DEFAULT_ACCESS_MODE = RWO
 DEFAULT_PREMIUM_RESOURCES = GPU_RESOURCES
 DEFAULT_PREMIUM_NODE_POLICY = POLICY_WARN
+DEFAULT_COLOCATION_MODE = MODE_ENFORCE
 DEFAULT_LABEL_KEY = "nebari.dev/colocate-user"
 DEFAULT_CHECK_TIMEOUT = 5.0
 #: the shortest colocation_check_timeout that can work (seconds): the check makes up to four
@@ -316,6 +321,10 @@ class Setting:
 SETTINGS: Mapping[str, Setting] = {
     "storage_access_mode": Setting(
         DEFAULT_ACCESS_MODE, lambda value: _choice("storage_access_mode", value, ACCESS_MODES)
+    ),
+    "colocation_mode": Setting(
+        DEFAULT_COLOCATION_MODE,
+        lambda value: _choice("colocation_mode", value, COLOCATION_MODES),
     ),
     "premium_node_policy": Setting(
         DEFAULT_PREMIUM_NODE_POLICY,

@@ -15,7 +15,8 @@ turns the deployment over without a fork of its config files
   KubeSpawner is built again, by jhub-apps' own ``subclass_spawner``, on ColocatingKubeSpawner;
 - a hand-written required pod affinity that keeps a user's pods together (on the co-location
   label key, or on ``hub.jupyter.org/username``) is taken out of ``extra_pod_config`` and
-  ``pod_affinity_required`` wherever the hub config writes them: ``c.Spawner``,
+  ``pod_affinity_required`` wherever the hub config writes them (not in observe mode, which
+  changes nothing): ``c.Spawner``,
   ``c.KubeSpawner`` and the spawner class's own sections, plain or ``.append`` / ``.update``
   (traitlets' lazy values), and every profile's ``kubespawner_override`` (a callable
   ``profile_list``, sync or async, is wrapped so that what it returns is cleaned); the hub log
@@ -43,6 +44,10 @@ Keys (all optional)::
       colocate-check-timeout: 5
       colocate-headroom: true                 # default false
       colocate-headroom-footprint: {cpu: "2", memory: 8Gi}
+      colocate-mode: enforce                  # or observe: decide and record, change nothing
+
+In observe mode (``colocate-mode: observe``) the hand-written co-location terms stay in the hub
+config: the spawner changes no pod, so they keep the user's pods together as before.
 """
 
 from __future__ import annotations
@@ -62,7 +67,10 @@ from . import messages
 from .affinity import drop_pod_affinity_terms, is_user_colocation_term, user_term_keys
 from .config import (
     ACCESS_MODES,
+    COLOCATION_MODES,
+    DEFAULT_COLOCATION_MODE,
     DEFAULT_LABEL_KEY,
+    MODE_OBSERVE,
     caseless_choice,
     check_config,
     computed_value,
@@ -87,6 +95,7 @@ KEYS = {
     "colocate-check-timeout": "colocation_check_timeout",
     "colocate-headroom": "colocation_headroom",
     "colocate-headroom-footprint": "colocation_headroom_footprint",
+    "colocate-mode": "colocation_mode",
 }
 
 #: ColocatingKubeSpawner settings with no helm key: set them as ``c.ColocatingKubeSpawner.<name>``
@@ -159,7 +168,12 @@ def configure(
         c, "colocation_label_key", DEFAULT_LABEL_KEY
     )
     spawner_class = switch_spawner_class(c)
-    remove_colocation_affinity(c, label_key, (*_section_names(spawner_class), section))
+    mode = _configured(c, "colocation_mode", DEFAULT_COLOCATION_MODE)
+    if caseless_choice(mode, COLOCATION_MODES) == MODE_OBSERVE:
+        # observe changes nothing: the operator's co-location terms keep doing their job
+        get_logger().info(messages.observe_mode_config_line(label_key))
+    else:
+        remove_colocation_affinity(c, label_key, (*_section_names(spawner_class), section))
     install_templates(c)
     install_way_out(c)
     return settings

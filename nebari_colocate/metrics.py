@@ -11,6 +11,8 @@ from collections.abc import Sequence
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
+from .config import MODE_ENFORCE
+
 if TYPE_CHECKING:
     from .placement import Decision
 
@@ -37,19 +39,23 @@ def collectors() -> dict[str, Any]:
         "decisions": _get_or_create(
             Counter,
             f"{PREFIX}_decisions_total",
-            "Pre-spawn co-location decisions, by verdict (skip, colocate, refuse)",
-            ("verdict",),
+            "Pre-spawn co-location decisions, by verdict (skip, colocate, refuse) and mode "
+            "(enforce; observe: what enforce would have done, not done)",
+            ("verdict", "mode"),
         ),
         "reasons": _get_or_create(
             Counter,
             f"{PREFIX}_decision_reasons_total",
-            "Reason codes of refusals and warnings of co-location decisions",
-            ("verdict", "kind", "reason"),
+            "Reason codes of refusals and warnings of co-location decisions, by mode (enforce, "
+            "observe)",
+            ("verdict", "kind", "reason", "mode"),
         ),
         "safe_side": _get_or_create(
             Counter,
             f"{PREFIX}_safe_side_total",
-            "Decisions taken on the safe side because the cluster state could not be gathered",
+            "Decisions taken on the safe side because the cluster state could not be gathered, by "
+            "mode (enforce, observe)",
+            ("mode",),
         ),
         "check_seconds": _get_or_create(
             Histogram,
@@ -67,8 +73,9 @@ def collectors() -> dict[str, Any]:
         "event_verdicts": _get_or_create(
             Counter,
             f"{PREFIX}_event_verdicts_total",
-            "Spawns ended early by pod events (fail fast), by reason code",
-            ("reason",),
+            "Spawns ended early by pod events (fail fast), by reason code and mode (observe: "
+            "spawns enforce would have ended, left to wait)",
+            ("reason", "mode"),
         ),
         "way_out": _get_or_create(
             Counter,
@@ -84,22 +91,27 @@ def observe_way_out(outcome: str) -> None:
     collectors()["way_out"].labels(outcome=outcome).inc()
 
 
-def observe_decision(decision: Decision, seconds: float, *, safe_side: bool = False) -> None:
+def observe_decision(
+    decision: Decision, seconds: float, *, safe_side: bool = False, mode: str = MODE_ENFORCE
+) -> None:
+    """Count a decision; ``mode`` is ``colocation_mode`` (observe: enforce would have done it)."""
     m = collectors()
-    m["decisions"].labels(verdict=decision.verdict).inc()
+    m["decisions"].labels(verdict=decision.verdict, mode=mode).inc()
     for code in decision.reasons:
-        m["reasons"].labels(verdict=decision.verdict, kind="reason", reason=code).inc()
+        m["reasons"].labels(verdict=decision.verdict, kind="reason", reason=code, mode=mode).inc()
     for code in decision.warnings:
         # preempts:<n> counts once as "preempts" (a label value per n would only add series)
         reason = "preempts" if code.startswith("preempts:") else code
-        m["reasons"].labels(verdict=decision.verdict, kind="warning", reason=reason).inc()
+        m["reasons"].labels(
+            verdict=decision.verdict, kind="warning", reason=reason, mode=mode
+        ).inc()
     if safe_side:
-        m["safe_side"].inc()
+        m["safe_side"].labels(mode=mode).inc()
     m["check_seconds"].observe(seconds)
 
 
-def observe_event_verdict(reason: str) -> None:
-    collectors()["event_verdicts"].labels(reason=reason).inc()
+def observe_event_verdict(reason: str, mode: str = MODE_ENFORCE) -> None:
+    collectors()["event_verdicts"].labels(reason=reason, mode=mode).inc()
 
 
 def observe_api_fault(fault: str) -> None:

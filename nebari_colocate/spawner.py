@@ -44,7 +44,7 @@ from traitlets import (
     validate,
 )
 
-from . import api_faults, fail_fast, messages, pod_watch, refusing
+from . import api_faults, fail_fast, messages, observe_mode, pod_watch, refusing
 from .admission import shape_key
 from .affinity import apply_decision, avoid_nodes, user_colocation_keys
 from .check import (
@@ -60,8 +60,10 @@ from .check import (
 from .config import (
     ACCESS_MODES,
     API_FAULT_SWEEP_SECONDS,
+    COLOCATION_MODES,
     DEFAULT_ACCESS_MODE,
     DEFAULT_CHECK_TIMEOUT,
+    DEFAULT_COLOCATION_MODE,
     DEFAULT_DETACH_GRACE_SECONDS,
     DEFAULT_DRY_RUN_REUSE_SECONDS,
     DEFAULT_FAIL_FAST_ON_EVENTS,
@@ -77,6 +79,7 @@ from .config import (
     DEFAULT_WATCH_STALE_SECONDS,
     DEFAULT_WAY_OUT_RELEASE_TIMEOUT,
     EVENT_POLL_INTERVAL,
+    MODE_OBSERVE,
     PREEMPTION_GRACE_SECONDS,
     PREMIUM_POLICIES,
     SETTINGS,
@@ -132,6 +135,20 @@ class ColocatingKubeSpawner(HeadroomSpawner, KubeSpawner):  # type: ignore[misc]
         requires ``storage_class`` when the hub creates the claims (``storage_pvc_ensure``, as
         zero-to-jupyterhub's dynamic storage sets it); a hub on claims made by others (Nebari's
         static storage) needs none.
+        """,
+    )
+
+    colocation_mode = CaselessStrEnum(
+        list(COLOCATION_MODES),
+        default_value=DEFAULT_COLOCATION_MODE,
+        config=True,
+        help="""
+        ``enforce`` (the default): act on every decision.  ``observe``: decide every spawn as
+        ``enforce`` does and record what it would have done (the hub log's "observe: would
+        refuse alice's 'gpu-lab': ...", metrics with ``mode="observe"``, the operator's page),
+        but change nothing: no refusal, no label or affinity of ours (hand-written co-location
+        terms stay), no fail fast, no way out.  Observe for a week, then enforce
+        (docs/rollout.md).
         """,
     )
 
@@ -638,7 +655,7 @@ class ColocatingKubeSpawner(HeadroomSpawner, KubeSpawner):  # type: ignore[misc]
         duration, or the wait for another check's)."""
         spawn_check = self._colocation_check
         dry_runs = spawn_check.dry_runs_made if spawn_check is not None else 0
-        who = {"username": self.user.name, "server_name": self.name}
+        who = {"username": self.user.name, "server_name": self.name, "mode": self.colocation_mode}
         self.colocation_timings = told(
             decision, check, waited, round_trip, dry_runs, safe=safe, log=self.log, **who
         )
@@ -746,7 +763,7 @@ class ColocatingKubeSpawner(HeadroomSpawner, KubeSpawner):  # type: ignore[misc]
         return await self._unless_refused(decision, pod)
 
     async def _unless_refused(self, decision: Decision, pod: JsonDict) -> Decision:
-        if decision.verdict == REFUSE:
+        if decision.verdict == REFUSE and self.colocation_mode != MODE_OBSERVE:
             refusing.offer_move(self, decision, pod)
             self._release_colocation_lock()
             refusal = self._refusal(decision, pod)
@@ -794,6 +811,11 @@ class ColocatingKubeSpawner(HeadroomSpawner, KubeSpawner):  # type: ignore[misc]
             decision = dataclasses.replace(decision, node=self.colocation_move_to)
         self._colocation_decision = decision
         self._requests_premium = requests_any(pod, self.premium_resources)
+        if self.colocation_mode == MODE_OBSERVE:  # record what enforce would do, change nothing
+            observe_mode.decided(self, decision, pod)
+            if self._colocation_lock_held:
+                self._colocation_release_task = asyncio.ensure_future(self._once_pod_visible())
+            return written
         # A term that survived configure(c) (set by a pre_spawn_hook, user options, a config
         # not cleaned) is taken out by apply_decision; say so, once per manifest.
         hand_written = user_colocation_keys(
@@ -900,12 +922,16 @@ class ColocatingKubeSpawner(HeadroomSpawner, KubeSpawner):  # type: ignore[misc]
         # marker), would end the new spawn at once with a stale verdict, before its own check.
         self._colocation_decision = None
         self._pod_created_at = None
+        if self.colocation_mode == MODE_OBSERVE:
+            return await observe_mode.start(self, super().start())
         return await fail_fast.start_failing_fast(self, super().start())
 
     async def progress(self) -> AsyncIterator[dict[str, Any]]:
         """Progress of the spawn for the spawn-pending page, in plain language
-        (:func:`nebari_colocate.fail_fast.progress`)."""
-        async with contextlib.aclosing(fail_fast.progress(self)) as stream:
+        (:func:`nebari_colocate.fail_fast.progress`); KubeSpawner's own in observe mode."""
+        observing = self.colocation_mode == MODE_OBSERVE
+        words = super().progress() if observing else fail_fast.progress(self)
+        async with contextlib.aclosing(words) as stream:
             async for event in stream:
                 yield event
 

@@ -1,8 +1,9 @@
 """Every word a person reads.  (pure)
 
 Every sentence a person reads, one file per audience and surface: ``refusals``, ``advice``,
-``hub_log``, ``progress``, ``migrate``, ``reports``, ``command``, ``way_out``, ``set_move``.
-``messages.<name>`` reaches every name of every file (the words' one home; docs/architecture.md).
+``hub_log``, ``observed``, ``progress``, ``migrate``, ``reports``, ``command``, ``way_out``,
+``set_move``.  ``messages.<name>`` reaches every name of every file (the words' one home;
+docs/architecture.md).
 """
 
 from __future__ import annotations
@@ -73,6 +74,16 @@ from .migrate import render_migrate_plan as render_migrate_plan
 from .migrate import render_migrate_results as render_migrate_results
 from .migrate import render_migrate_status as render_migrate_status
 from .migrate import storage_class_problem as storage_class_problem
+from .observed import WOULD_COLOCATE as WOULD_COLOCATE
+from .observed import WOULD_END as WOULD_END
+from .observed import WOULD_PIN as WOULD_PIN
+from .observed import WOULD_REFUSE as WOULD_REFUSE
+from .observed import WOULD_SKIP as WOULD_SKIP
+from .observed import observe_mode_config_line as observe_mode_config_line
+from .observed import observed_decision_line as observed_decision_line
+from .observed import observed_event_line as observed_event_line
+from .observed import whose as whose
+from .observed import would as would
 from .progress import _EVENT_WORDS as _EVENT_WORDS
 from .progress import _FRAGMENT_WORDS as _FRAGMENT_WORDS
 from .progress import _KARPENTER_CAUSE_WORDS as _KARPENTER_CAUSE_WORDS

@@ -155,7 +155,7 @@ async def test_an_unpinned_pod_no_nodepool_can_serve_ends_on_karpenters_event(ku
     assert verdict.raw.startswith(KARPENTER_FAILED)
     assert verdict.causes == ("no-instance-type",)
     assert "(8 GPUs)" in refused.value.jupyterhub_message
-    assert metric("nebari_colocate_event_verdicts_total", reason="no-scale-up") >= 1
+    assert metric("nebari_colocate_event_verdicts_total", reason="no-scale-up", mode="enforce") >= 1
     assert not await nodeclaims(kube.api_client)
     print(f"no pool can serve: verdict {elapsed:.2f}s after the spawn request")
 

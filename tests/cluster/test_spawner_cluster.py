@@ -106,24 +106,29 @@ async def test_gpu_lab_is_refused_at_once_when_an_app_pins_the_cpu_node(kube, sp
     before_pods, before_claims = await pod_names(kube), await claim_names(kube)
 
     lab = spawners.make("alice", **GPU_PROFILE)
-    refusals_before = metric("nebari_colocate_decisions_total", verdict="refuse")
+    refusals_before = metric("nebari_colocate_decisions_total", verdict="refuse", mode="enforce")
     gpu_before = metric(
         "nebari_colocate_decision_reasons_total",
         verdict="refuse",
         kind="reason",
         reason="insufficient:nvidia.com/gpu",
+        mode="enforce",
     )
     started = time.perf_counter()
     with pytest.raises(ColocationRefused) as refused:
         await spawners.start(lab)
     elapsed = time.perf_counter() - started
-    assert metric("nebari_colocate_decisions_total", verdict="refuse") == refusals_before + 1
+    assert (
+        metric("nebari_colocate_decisions_total", verdict="refuse", mode="enforce")
+        == refusals_before + 1
+    )
     assert (
         metric(
             "nebari_colocate_decision_reasons_total",
             verdict="refuse",
             kind="reason",
             reason="insufficient:nvidia.com/gpu",
+            mode="enforce",
         )
         == gpu_before + 1
     )

@@ -114,7 +114,7 @@ async def test_an_api_freeze_with_a_known_holder_pins(kube, spawners, caplog):
     await wait_until(lambda: view.live, timeout=20, what="the live view", interval=0.05)
 
     pid = kube.control_plane.pids["apiserver"]
-    safe_before = metric("nebari_colocate_safe_side_total")
+    safe_before = metric("nebari_colocate_safe_side_total", mode="enforce")
     _stop(pid)
     try:
         # The view is warm: it decides without the API; the dry run cannot answer in time.
@@ -123,7 +123,7 @@ async def test_an_api_freeze_with_a_known_holder_pins(kube, spawners, caplog):
         assert (warm.verdict, warm.node) == ("colocate", "node-b")
         said = [r.getMessage() for r in caplog.records]
         assert any("dry run of pod" in m for m in said), said
-        assert metric("nebari_colocate_safe_side_total") == safe_before, said
+        assert metric("nebari_colocate_safe_side_total", mode="enforce") == safe_before, said
 
         # A view that has not listed yet (a restarted hub) cannot help: the safe side must pin
         # from what is known (KubeSpawner's reflector cache) although the manifest has no
@@ -132,7 +132,7 @@ async def test_an_api_freeze_with_a_known_holder_pins(kube, spawners, caplog):
         cold = await app.colocation_decide(manifest)
     finally:
         _cont(pid)
-    assert metric("nebari_colocate_safe_side_total") == safe_before + 1
+    assert metric("nebari_colocate_safe_side_total", mode="enforce") == safe_before + 1
     assert (cold.verdict, cold.node, cold.verified) == ("colocate", "node-b", False)
     assert cold.holders == [lab.pod_name]
 

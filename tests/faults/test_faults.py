@@ -74,7 +74,7 @@ async def test_a_frozen_apiserver_past_the_check_timeout_takes_the_safe_side_the
     node = await one_user_on_one_node(hub)
     await running_app(hub, node)
     lab = hub.make("alice")
-    before = metric(SAFE_SIDE)
+    before = metric(SAFE_SIDE, mode="enforce")
     # A hub whose live view has not listed yet (just restarted): the check must ask the API.
     # (A warm view answers from memory: tests/cluster/test_view.py.)
     await ClusterView.stop_all(hub.namespace)
@@ -85,7 +85,7 @@ async def test_a_frozen_apiserver_past_the_check_timeout_takes_the_safe_side_the
         await thaw
     assert outcome.started, outcome.error
     # The check gave up after 1 s; the pod reflector knew the app: pinned to its node.
-    assert metric(SAFE_SIDE) == before + 1
+    assert metric(SAFE_SIDE, mode="enforce") == before + 1
     assert safe_side_logged(caplog)
     assert await pinned_node(hub, lab) == node
 
@@ -224,12 +224,12 @@ async def test_two_seconds_of_latency_take_the_safe_side_and_the_spawn_starts(hu
     # (A warm view answers from memory: tests/cluster/test_view.py.)
     await ClusterView.stop_all(hub.namespace)
     hub.proxy.latency = 2.0
-    before = metric(SAFE_SIDE)
+    before = metric(SAFE_SIDE, mode="enforce")
     with caplog.at_level(logging.WARNING):
         outcome = await hub.spawn(lab)
     hub.proxy.clear()
     assert outcome.started, outcome.error
-    assert metric(SAFE_SIDE) == before + 1
+    assert metric(SAFE_SIDE, mode="enforce") == before + 1
     assert safe_side_logged(caplog)
     assert await pinned_node(hub, lab) == node
 

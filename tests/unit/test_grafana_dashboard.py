@@ -161,3 +161,23 @@ def test_dashboard_is_a_grafana_dashboard_model_with_unique_panel_ids():
         assert grid["x"] >= 0 and grid["x"] + grid["w"] <= 24, panel["title"]
         refids = [target["refId"] for target in panel.get("targets", [])]
         assert len(refids) == len(set(refids)), panel["title"]
+
+
+def test_every_query_of_a_series_with_a_mode_label_follows_the_mode_variable():
+    """``colocation_mode`` (docs/rollout.md): a panel of a week of observing must not mix what
+    the library did with what it would have done, unless the mode variable says so."""
+    moded = [
+        collector._name
+        for collector in metrics.collectors().values()
+        if "mode" in collector._labelnames
+    ]
+    assert len(moded) == 4, moded
+    board = dashboard()
+    assert "mode" in [variable["name"] for variable in board["templating"]["list"]]
+    checked = 0
+    for title, expr in panel_expressions(board):
+        for selector in re.findall(r"(\w+)\{([^}]*)\}", expr):
+            if selector[0].removesuffix("_total") in moded:
+                assert 'mode=~"$mode"' in selector[1], (title, expr)
+                checked += 1
+    assert checked >= 8, checked

@@ -190,6 +190,7 @@ async def held_progress_events(refusal):
 
     spawner = SimpleNamespace(
         events_enabled=True,
+        colocation_mode="enforce",
         _start_watching_events=no_watch,
         _start_future=done,
         _held_refusal=refusal,

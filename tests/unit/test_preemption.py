@@ -440,7 +440,7 @@ def test_a_preempting_decision_counts_once_as_the_preempts_warning_in_the_metric
     from nebari_colocate import metrics
 
     name = "nebari_colocate_decision_reasons_total"
-    labels = {"verdict": "colocate", "kind": "warning", "reason": "preempts"}
+    labels = {"verdict": "colocate", "kind": "warning", "reason": "preempts", "mode": "enforce"}
     before = REGISTRY.get_sample_value(name, labels) or 0.0
     placeholders = (other("placeholder-0", -10, "1500m"), other("placeholder-1", -10, "1500m"))
     full = state(node("cpu-1"), lab(cpu="500m"), *placeholders)

@@ -67,6 +67,7 @@ BAD_VALUES = {
     "colocation_label_key": "not a key",
     "premium_resources": ["gpu"],
     "colocation_check_timeout": 0.1,
+    "colocation_mode": "dryrun",
     "colocation_watch_stale_seconds": 10,
     "fail_fast_on_events": "yes",
     "colocation_share_pod_watch": "no",
