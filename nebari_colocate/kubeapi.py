@@ -336,6 +336,44 @@ async def admitted_pod(api_client: Any, namespace: str, pod: Obj) -> JsonDict:
     return answer
 
 
+async def hold_room(
+    core: Any, namespace: str, manifest: JsonDict, *, timeout: float, poll: float = 0.5
+) -> str | None:
+    """Create ``manifest`` (a pod that holds a whole set's room, ``setmove.room_holder``), wait
+    at most ``timeout`` seconds until a scheduler binds it, then delete it and wait until it is
+    gone (so that its room is free again); the node it was bound to, or None.  Errors of the
+    create propagate; the delete is always tried."""
+    name = manifest["metadata"]["name"]
+    await core.create_namespaced_pod(namespace, manifest)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    node: str | None = None
+    try:
+        while node is None and loop.time() < deadline:
+            pod = await read_json(core.read_namespaced_pod, name, namespace)
+            node = (pod.get("spec") or {}).get("nodeName") or None
+            if node is None:
+                await asyncio.sleep(poll)
+    finally:
+        await _delete_and_wait(core, namespace, name, deadline=loop.time() + 30, poll=poll)
+    return node
+
+
+async def _delete_and_wait(
+    core: Any, namespace: str, name: str, *, deadline: float, poll: float
+) -> None:
+    loop = asyncio.get_running_loop()
+    with contextlib.suppress(Exception):
+        await core.delete_namespaced_pod(name, namespace, grace_period_seconds=0)
+    while loop.time() < deadline:
+        try:
+            if await read_json_or_none(core.read_namespaced_pod, name, namespace) is None:
+                return
+        except Exception:  # (the API's trouble: the start after it is checked as every start)
+            return
+        await asyncio.sleep(poll)
+
+
 # --------------------------------------------------------------------------------------------------
 # the late-pod sweep
 

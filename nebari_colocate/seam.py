@@ -30,6 +30,7 @@ class HandlerSpawner(Protocol):
     namespace: str
     api: Any
     k8s_api_request_retry_timeout: float
+    start_timeout: float
 
     @property
     def active(self) -> bool: ...

@@ -30,7 +30,7 @@ from typing import Any
 
 from tornado import web
 
-from . import messages, setmove
+from . import kubeapi, messages, setmove
 from .handlers import (
     BUSY,
     RELEASE_TIMEOUT,
@@ -47,7 +47,7 @@ from .handlers import (
     _user_lock,
 )
 from .history import MOVE_SET
-from .objects import is_server, owned_by
+from .objects import JsonDict, is_server, meta, owned_by
 from .refusal import WayOutBlockers
 from .seam import HandlerSpawner
 from .wayout import StepFacts, home_holders
@@ -76,8 +76,9 @@ def _recheck(
     node: str,
     is_running: Callable[[str], bool],
     words: dict[str, Any],
-) -> tuple[setmove.Move, WayOutBlockers]:
-    """The refusal's move and blockers, if nothing changed since the refusal; else 409."""
+) -> tuple[setmove.Move, WayOutBlockers, list[JsonDict]]:
+    """The refusal's move and blockers, and the whole set's pods (the servers that hold the
+    home, then the new one), if nothing changed since the refusal; else 409."""
     failure = spawner.colocation_failure
     way_out = failure.way_out if failure is not None else None
     move = way_out.move if way_out is not None else None
@@ -93,13 +94,16 @@ def _recheck(
         raise SetMoveFailed(409, STALE, **words)
     if blockers.servers != restart:
         raise SetMoveFailed(409, STALE, **words)
+    whole = [
+        *(dict(p) for p in pods if is_server(p) and owned_by(p, username, label)),
+        dict(move.pod or {}),
+    ]
     if move.node is not None:
         # the chosen node still holds the whole set (another pod may have taken its room)
-        state = spawner.whole_set_state(dict(move.pod or {}))
-        held = [p for p in pods if is_server(p) and owned_by(p, username, label)]
-        if state is None or not setmove.holds_set(move.node, [*held, move.pod or {}], state):
+        state = spawner.whole_set_state(whole[-1])
+        if state is None or not setmove.holds_set(move.node, whole, state):
             raise SetMoveFailed(409, STALE, **words)
-    return move, blockers
+    return move, blockers, whole
 
 
 async def move_whole_set(
@@ -123,7 +127,7 @@ async def move_whole_set(
     restart = tuple(sorted(set(restart)))
     failed: SetMoveFailed | None = None
     async with _user_lock(spawner, "whole_set_state", SetMoveFailed, words):
-        move, blockers = _recheck(spawner, restart, node, is_running, words)
+        move, blockers, whole = _recheck(spawner, restart, node, is_running, words)
         options = {name: _options(spawner_of(name)) for name in restart}
         options[move.start] = _options(spawner)
         deadline = time.monotonic() + spawner.way_out_release_timeout
@@ -161,6 +165,25 @@ async def move_whole_set(
             detail=detail,
             facts=dataclasses.replace(facts, running=running, not_started=not_started),
         )
+    if not node:
+        # no node has room: one pod asks an autoscaler for a node that holds the whole set
+        found = await kubeapi.hold_room(
+            spawner.api,
+            spawner.namespace,
+            setmove.room_holder(
+                whole,
+                name=f"room-for-{meta(whole[-1]).get('name') or 'server'}"[:63],
+                owner=spawner.colocation_label_value,
+            ),
+            timeout=spawner.start_timeout,
+        )
+        if found is None:
+            running, not_started, detail = await _start_each(
+                restart, None, spawner_of, start_server, options
+            )
+            facts = StepFacts(stopped=restart, running=running, not_started=not_started)
+            raise SetMoveFailed(409, NO_ROOM, **words, detail=detail, facts=facts)
+        node = found
     await _start_together(move, restart, node, spawner_of, start_server, options, words)
 
 

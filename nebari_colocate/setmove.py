@@ -16,7 +16,9 @@ holds all of it (``docs/decisions.md``, "The move of the whole set"):
 
 No node has room: when an autoscaler that adds nodes for pending pods is known to run (a node
 carries Karpenter's ``karpenter.sh/nodepool`` label), the set may still move, onto a node it adds
-(:attr:`Move.node` None); otherwise there is no move.
+(:attr:`Move.node` None); otherwise there is no move.  The node is asked for by one pod that
+holds the room of the whole set (:func:`room_holder`): pods created together, each fitting some
+existing node alone, would be bound one by one, the first where it alone fits.
 """
 
 from __future__ import annotations
@@ -40,6 +42,13 @@ from .objects import (
     spec,
 )
 from .state import ClusterState
+
+#: the label of the pod that asks an autoscaler for a node with room for a whole set, and its
+#: image (z2jh's user placeholders' pause image: it does nothing)
+ROOM_HOLDER_LABEL = "nebari.dev/room-for"
+PAUSE_IMAGE = "registry.k8s.io/pause:3.10"
+#: Karpenter leaves a node alone while a pod with this annotation runs there
+DO_NOT_DISRUPT = "karpenter.sh/do-not-disrupt"
 
 #: Karpenter's label of the NodePool a node came from: a node with it shows that Karpenter runs
 #: and adds nodes for pending pods
@@ -235,3 +244,43 @@ def whole_set_move(
     if target is None and not autoscaler_adds_nodes(state):
         return None
     return Move(restart, start, target, pod)
+
+
+def room_holder(pods: Sequence[Obj], *, name: str, owner: str) -> JsonDict:
+    """A pod that asks, at once, for the room of every pod of ``pods`` (the whole set, the new
+    server last): their requests summed, the new server's node selection (its pin left out),
+    tolerations, priority and scheduler, a pause container, no volume.  An autoscaler adds a
+    node it fits on; its node is then the set's.  ``owner`` (the user's label value) goes on
+    label :data:`ROOM_HOLDER_LABEL`."""
+    total: dict[str, int] = {}
+    for pod in pods:
+        for resource, value in fit.pod_requests(pod).items():
+            total[resource] = total.get(resource, 0) + value
+    requests = {r: (f"{v}m" if r == "cpu" else str(v)) for r, v in sorted(total.items()) if v > 0}
+    model = spec(without_node_pin(pods[-1])) if pods else {}
+    node_affinity = (model.get("affinity") or {}).get("nodeAffinity")
+    copied = {
+        "nodeSelector": model.get("nodeSelector"),
+        "affinity": {"nodeAffinity": node_affinity} if node_affinity else None,
+        "tolerations": model.get("tolerations"),
+        "priorityClassName": model.get("priorityClassName"),
+        "schedulerName": model.get("schedulerName"),
+    }
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "labels": {ROOM_HOLDER_LABEL: owner},
+            "annotations": {DO_NOT_DISRUPT: "true"},
+        },
+        "spec": {
+            **{k: copy.deepcopy(v) for k, v in copied.items() if v},
+            "containers": [
+                {"name": "room", "image": PAUSE_IMAGE, "resources": {"requests": requests}}
+            ],
+            "automountServiceAccountToken": False,
+            "terminationGracePeriodSeconds": 0,
+            "restartPolicy": "Never",
+        },
+    }

@@ -73,8 +73,7 @@ SET_MOVE_WORDS = {
     "stop-failed": "{did_not_stop}, so nothing was moved.",
     "release-timeout": "Your home volume was not released within {seconds:g} s "
     "(way_out_release_timeout), so nothing was moved.",
-    "no-room": "The machine chosen for your servers had no room for them any more, so nothing "
-    "was moved.",
+    "no-room": "No machine had room for all your servers when they started, so nothing was moved.",
     "start-failed": "Your servers were moved, but {started} did not start.",
 }
 

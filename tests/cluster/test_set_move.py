@@ -158,7 +158,7 @@ async def test_a_move_whose_node_filled_up_starts_the_set_again_where_it_fits(ku
     text = failed.value.jupyterhub_message
     print(f"the move's page says: {text}")
     assert text == (
-        "The machine chosen for your servers had no room for them any more, so nothing was "
+        "No machine had room for all your servers when they started, so nothing was "
         "moved. Your default server and 'pandas-app' run again. 'big' was not started."
     )
     assert not any(word in text for word in PYTHON_WORDS)

@@ -116,7 +116,7 @@ FACTS = StepFacts(stopped=("", "pandas-app"), running=("", "pandas-app"))
             "no-room-every-server-runs-again",
             "no-room",
             {"facts": FACTS},
-            "The machine chosen for your servers had no room for them any more, so nothing was "
+            "No machine had room for all your servers when they started, so nothing was "
             "moved. 'JupyterLab' and 'Pandas <App>' run again. 'Big \"App\"' was not started.",
         ),
         (
@@ -128,7 +128,7 @@ FACTS = StepFacts(stopped=("", "pandas-app"), running=("", "pandas-app"))
                 ),
                 "detail": "Your server 'Pandas <App>' cannot start: not enough CPU.",
             },
-            "The machine chosen for your servers had no room for them any more, so nothing was "
+            "No machine had room for all your servers when they started, so nothing was "
             "moved. 'JupyterLab' runs again. 'Pandas <App>' did not start again: start it on the "
             "home page. 'Big \"App\"' was not started. Your server 'Pandas <App>' cannot start: "
             "not enough CPU.",

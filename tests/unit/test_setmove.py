@@ -6,7 +6,13 @@ from __future__ import annotations
 import pytest
 
 from nebari_colocate.placement import Policy, decide
-from nebari_colocate.setmove import Move, choose_target, whole_set_move, without_node_pin
+from nebari_colocate.setmove import (
+    Move,
+    choose_target,
+    room_holder,
+    whole_set_move,
+    without_node_pin,
+)
 from tests.support.builders import (
     expr,
     gpu_node,
@@ -259,3 +265,25 @@ def test_decide_offers_the_move_for_the_capacity_cap_only(
     assert decision.verdict == "refuse", test_variation_id
     assert decision.way_out is not None, test_variation_id
     assert decision.way_out.as_json().get("move") == expect_move, test_variation_id
+
+
+def test_the_room_holder_asks_for_the_whole_set_at_once_with_the_new_server_s_selection():
+    toleration = {"key": "dedicated", "operator": "Exists", "effect": "NoSchedule"}
+    new_pod = new(
+        cpu="1.5",
+        node_selector={"pool": "user"},
+        tolerations=[toleration],
+        affinity=required_affinity(term(expr("zone", "In", "a"), fields=[name_is("cpu-1")])),
+    )
+    holder = room_holder([*SET, new_pod], name="room-for-jupyter-alice--big", owner="alice")
+    assert holder["metadata"] == {
+        "name": "room-for-jupyter-alice--big",
+        "labels": {"nebari.dev/room-for": "alice"},
+        "annotations": {"karpenter.sh/do-not-disrupt": "true"},
+    }
+    spec = holder["spec"]
+    assert spec["containers"][0]["resources"] == {"requests": {"cpu": "3500m"}}
+    assert spec["nodeSelector"] == {"pool": "user"} and spec["tolerations"] == [toleration]
+    terms = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert terms["nodeSelectorTerms"] == [{"matchExpressions": [expr("zone", "In", "a")]}]
+    assert "volumes" not in spec  # it holds no home: not a holder, pins nothing
