@@ -17,8 +17,9 @@ from datetime import datetime, timezone
 from typing import Any, NoReturn
 
 from . import messages, metrics
-from .events import FAIL, EventVerdict, classify
-from .jupyterhub import ColocationRefused, uncount_refusal
+from .event_format import formatted
+from .events import FAIL, EventVerdict, classify, told_in_words
+from .jupyterhub import ColocationRefused, before_raising
 from .objects import SERVERNAME_ANNOTATION, USERNAME_ANNOTATION, JsonDict
 from .pod_scheduling import confirmed, read_pod, reflected_pod
 
@@ -192,7 +193,7 @@ async def end_hopeless_spawn(
     )
     refusal = ColocationRefused(message, message_html, log_message, event_verdict=verdict)
     spawner._remember(refusal)
-    uncount_refusal(spawner)
+    before_raising(spawner, refusal)
     raise refusal
 
 
@@ -246,10 +247,14 @@ async def progress(spawner: Any) -> AsyncGenerator[dict[str, Any], None]:
             # JupyterHub sends every field to the browser: never another user's pod names.
             shown = messages.browser_event(event, own_pods, other_pods)
             text = messages.progress_line(shown, words)
+            # an event not told in our words: the operator's formatter, where KubeSpawner has one
+            own = None if words and told_in_words(shown) else await formatted(spawner, shown)
+            if own is not None:
+                text = own["message"]
             if text == last_text:
                 continue
             last_text = text
-            yield {"progress": int(progress), "raw_event": shown, "message": text}
+            yield {"progress": int(progress), "raw_event": shown, "message": text, **(own or {})}
         if words and words != last_text:
             last_text = words
             yield {"progress": int(progress), "message": last_text}

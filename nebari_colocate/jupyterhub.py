@@ -5,7 +5,13 @@ See ``docs/jupyterhub-versions.md``.
 
 - The refusal is a ``SpawnException`` (status 400) on JupyterHub 6 and a 400 ``HTTPError`` carrying
   ``jupyterhub_message`` / ``jupyterhub_html_message`` on JupyterHub 5; the user reads the same
-  words on both.
+  words on both.  On JupyterHub 6 its ``reason`` is the refusal's family
+  (:mod:`nebari_colocate.refusal_families`, ``colocate-volume-pinned``...): JupyterHub 6 counts a
+  ``SpawnException`` in ``jupyterhub_server_spawn_duration_seconds`` as ``status="failure"`` with
+  that ``reason``, apart from ``status="error"`` (a spawn that broke).  JupyterHub 5 has no
+  ``reason`` label: every failed spawn is ``status="failure"``, so the library counts the
+  refusals it raises itself (``nebari_colocate_refusals_total``, :func:`before_raising`) for an
+  alert to subtract (``examples/prometheus-alerts.yaml``).
 - ``consecutive_failure_limit``: JupyterHub 6 does not count a ``SpawnException`` or a 4xx
   ``HTTPError``. JupyterHub 5 counts every failed spawn in ``BaseHandler.spawn_single_user``: a
   done-callback on the spawn future adds one to the request handler's
@@ -25,7 +31,9 @@ from typing import TYPE_CHECKING, Any
 import jupyterhub
 from tornado import web
 
+from . import metrics
 from .refusal import Refusal
+from .refusal_families import family_of
 
 if TYPE_CHECKING:
     from .events import EventVerdict
@@ -67,9 +75,11 @@ class ColocationRefused(_RefusalBase):  # type: ignore[misc]  # JupyterHub ships
         decision: Decision | None = None,
         event_verdict: EventVerdict | None = None,
     ) -> None:
+        #: the refusal's family (``colocate-volume-pinned``...): JupyterHub 6's ``reason``
+        self.family = refusal_family(decision, event_verdict)
         if _SpawnException is not None:
             super().__init__(
-                message, reason="colocation", log_message=log_message, message_html=html
+                message, reason=self.family, log_message=log_message, message_html=html
             )
         else:  # pragma: no cover - exercised on JupyterHub 5
             super().__init__(400, "%s", message, reason="colocation")
@@ -93,6 +103,31 @@ class ColocationRefused(_RefusalBase):  # type: ignore[misc]  # JupyterHub ships
         return f"400 ColocationRefused: {self.operator_line}"  # pragma: no cover - JupyterHub 5
 
 
+def refusal_family(decision: Decision | None, event_verdict: EventVerdict | None) -> str:
+    """The family of a refusal on ``decision`` (its reasons) or ``event_verdict`` (its code)."""
+    if decision is not None:
+        return family_of(decision.reasons)
+    return family_of([event_verdict.code] if event_verdict is not None else [])
+
+
+def tracked_by_jupyterhub(spawner: Any) -> bool:
+    """Whether JupyterHub counts how this spawn ends (its failure metric, its failure count):
+    the spawn was started by ``spawn_single_user``, which sets ``spawner._spawn_future`` and
+    hooks its callback to it before the spawn's first step runs, and it has not ended."""
+    future = getattr(spawner, "_spawn_future", None)
+    return future is not None and not future.done()
+
+
+def before_raising(spawner: Any, refusal: ColocationRefused) -> None:
+    """Right before ``refusal`` is raised from inside ``spawner``'s spawn: count it in
+    ``nebari_colocate_refusals_total`` by family when JupyterHub counts the spawn's end too
+    (:func:`tracked_by_jupyterhub`: the two counters then count the same spawns), and keep it
+    out of JupyterHub 5's ``consecutive_failure_limit`` (:func:`uncount_refusal`)."""
+    if tracked_by_jupyterhub(spawner):
+        metrics.observe_refusal(refusal.family)
+    uncount_refusal(spawner)
+
+
 def uncount_refusal(spawner: Any) -> bool:
     """On JupyterHub 5, keep the refusal about to be raised out of ``consecutive_failure_limit``.
 
@@ -101,10 +136,7 @@ def uncount_refusal(spawner: Any) -> bool:
     ``spawn_single_user`` (which sets ``spawner._spawn_future`` and hooks the callback to it
     before the spawn's first step runs) and that future is not done.  Returns whether it acted.
     """
-    if COUNTS_ONLY_SERVER_ERRORS:
-        return False
-    future = getattr(spawner, "_spawn_future", None)
-    if future is None or future.done():
+    if COUNTS_ONLY_SERVER_ERRORS or not tracked_by_jupyterhub(spawner):
         return False
     handler = getattr(spawner, "handler", None)
     settings = getattr(handler, "settings", None)

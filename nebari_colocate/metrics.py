@@ -77,6 +77,13 @@ def collectors() -> dict[str, Any]:
             "spawns enforce would have ended, left to wait)",
             ("reason", "mode"),
         ),
+        "refusals": _get_or_create(
+            Counter,
+            f"{PREFIX}_refusals_total",
+            "Refusals raised to JupyterHub (enforce mode), by family (colocate-volume-pinned, "
+            "colocate-no-room, ...): the spawns JupyterHub 5 counts as failed that are refusals",
+            ("family",),
+        ),
         "way_out": _get_or_create(
             Counter,
             f"{PREFIX}_way_out_total",
@@ -85,6 +92,11 @@ def collectors() -> dict[str, Any]:
             ("outcome",),
         ),
     }
+
+
+def observe_refusal(family: str) -> None:
+    """Count a refusal raised to JupyterHub (``jupyterhub.before_raising``)."""
+    collectors()["refusals"].labels(family=family).inc()
 
 
 def observe_way_out(outcome: str) -> None:

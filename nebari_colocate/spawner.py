@@ -93,8 +93,8 @@ from .history import record_refused
 from .jupyterhub import (
     JUPYTERHUB_MAJOR,
     ColocationRefused,
+    before_raising,
     server_display_names,
-    uncount_refusal,
 )
 from .known_modes import KnownModes
 from .kubeapi import with_placement
@@ -768,7 +768,7 @@ class ColocatingKubeSpawner(HeadroomSpawner, KubeSpawner):  # type: ignore[misc]
             self._release_colocation_lock()
             refusal = self._refusal(decision, pod)
             await self._hold(refusal)
-            uncount_refusal(self)
+            before_raising(self, refusal)
             raise refusal
         return decision
 

@@ -321,6 +321,21 @@ class Hub:
             except ValueError:
                 return r.status, text
 
+    async def metrics(self) -> dict[tuple[str, frozenset], float]:
+        """The hub's ``/hub/metrics`` (JupyterHub's series and the library's, one registry):
+        (sample name, its labels) -> value."""
+        from prometheus_client.parser import text_string_to_metric_families
+
+        async with self._session.get(f"{self.url}/hub/metrics") as r:
+            text = await r.text()
+            if r.status != 200:
+                raise AssertionError(f"/hub/metrics: {r.status} {text[:300]}")
+        return {
+            (sample.name, frozenset(sample.labels.items())): sample.value
+            for family in text_string_to_metric_families(text)
+            for sample in family.samples
+        }
+
     async def create_user(self, name: str) -> None:
         status, body = await self.api("POST", f"/users/{quote(name, safe='')}")
         if status not in (201, 409):

@@ -39,7 +39,7 @@ c.JupyterHub.services = [{"name": "e2e-tests", "api_token": s["api_token"]}]
 c.JupyterHub.load_roles = [
     {
         "name": "e2e-tests",
-        "scopes": ["admin:users", "admin:servers", "list:users"],
+        "scopes": ["admin:users", "admin:servers", "list:users", "read:metrics"],
         "services": ["e2e-tests"],
     }
 ]

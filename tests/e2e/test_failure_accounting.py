@@ -13,6 +13,9 @@ from __future__ import annotations
 
 import asyncio
 
+from nebari_colocate.jupyterhub import JUPYTERHUB_MAJOR
+from tests.support.waiting import wait_until
+
 from .harness import is_proxy
 from .test_refusals_in_browser import CPU_PROFILE, GPU_PROFILE, cpu_and_gpu_nodes
 from .test_success_path import user_pods
@@ -104,3 +107,57 @@ async def test_rest_api_refusal_carries_the_user_message(kube, start_hub):
     assert message.startswith("Your default server cannot start:"), message
     assert "in use by 'pandas-app'" in message
     assert "verdict=" not in message and "jupyter-alice" not in message
+
+
+def _sum(metrics: dict, name: str, **labels: str) -> float:
+    """The sum of the samples ``name`` whose labels include ``labels``."""
+    wanted = set(labels.items())
+    return sum(v for (n, got), v in metrics.items() if n == name and wanted <= got)
+
+
+async def test_jupyterhubs_own_metric_tells_a_refusal_from_a_spawn_that_broke(kube, start_hub):
+    """One refusal and one server that crashes at start, on a hub as zero-to-jupyterhub runs it.
+    JupyterHub 6 files the refusal as status="failure" with its family as the reason and the
+    crash as status="error"; on JupyterHub 5 both are status="failure", and the library's own
+    refusal counter is what examples/prometheus-alerts.yaml subtracts to leave the crash."""
+    await cpu_and_gpu_nodes(kube)
+    await kube.create_bound_claim("claim-alice")
+    hub = await start_hub(
+        profile_list=[CPU_PROFILE, GPU_PROFILE, CRASH_PROFILE], z2jh=True, http_timeout=2
+    )
+    await hub.create_user("alice")
+    await hub.start_server("alice", "pandas-app", {"profile": "cpu"})
+    before = await hub.metrics()
+    spawns = "jupyterhub_server_spawn_duration_seconds_count"
+    refusals = "nebari_colocate_refusals_total"
+
+    def grew(after: dict, name: str, **labels: str) -> float:
+        return _sum(after, name, **labels) - _sum(before, name, **labels)
+
+    status, body = await hub.request_server("alice", "", {"profile": "gpu"})
+    assert status in (202, 201), body
+    await hub.wait_until_ended("alice", "")
+    status, body = await hub.request_server("alice", "crash", {"profile": "crash"})
+    assert status in (202, 201), body
+    after = await wait_until(
+        hub.metrics,
+        until=lambda m: grew(m, spawns, status="failure") + grew(m, spawns, status="error") >= 2,
+        timeout=90,
+        what="JupyterHub to count both spawns",
+    )
+
+    family = "colocate-volume-pinned"  # the GPU lab's node is the app's CPU node
+    assert grew(after, refusals, family=family) == 1
+    assert grew(after, refusals) == 1, "the crash is no refusal"
+    if JUPYTERHUB_MAJOR >= 6:
+        assert grew(after, spawns, status="failure", reason=family) == 1
+        assert grew(after, spawns, status="failure") == 1
+        assert grew(after, spawns, status="error") == 1, "the crash is a spawn that broke"
+    else:
+        assert not any(dict(labels).get("reason") for name, labels in after if name == spawns)
+        assert grew(after, spawns, status="failure") == 2, "JupyterHub 5 counts both"
+    # what the alert's recording rule computes: the spawns that broke, refusals left out
+    real = grew(after, spawns, status="error") or (
+        grew(after, spawns, status="failure") - grew(after, refusals)
+    )
+    assert real == 1
