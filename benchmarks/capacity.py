@@ -1,0 +1,672 @@
+"""Capacity with a ReadWriteOnce home: dead ends and node-hours, five ways, on the real Karpenter.
+
+One control plane of tests/kube (etcd, kube-apiserver, kube-scheduler, kube-controller-manager
+with the real attach/detach controller, kwok), zero-to-jupyterhub's user-scheduler (a second
+kube-scheduler with the chart's profile: NodeResourcesFit ``MostAllocated``,
+``tests/support/z2jh.py``) and Karpenter with its kwok cloud provider.  Five NodePools of the
+same CPU machines (cpu-2x, cpu-4x, cpu-8x: 2, 4, 8 CPU at 4 GiB per CPU, price per CPU equal),
+one per variant; every server of a variant selects its pool (``karpenter.sh/nodepool``), so the
+five run side by side in one run on the same scheduler and the same Karpenter without sharing a
+node.  The pools launch machines of at least ``--min-node-cpu`` CPU (4: cpu-4x and cpu-8x; user
+node pools are seldom smaller, and on 2-CPU machines every lab gets a node of its own):
+
+- **stock**: stock KubeSpawner with data-science-pack's hard pod affinity as its
+  ``01-spawner.py`` writes it (the label ``nebari.dev/colocate-user: "{username}"`` and a
+  required pod affinity on it in ``extra_pod_config``);
+- **ours**: ColocatingKubeSpawner, defaults (a server that does not fit its user's node is
+  refused at once, with a way out that stops servers);
+- **move**: ours, and the user takes the move of the whole set: the node is chosen by the move's
+  pure chooser (``nebari_colocate.setmove.choose_target`` on every node and pod of the cluster;
+  none holds the set: a node Karpenter adds); the set is stopped, the home's release waited for
+  (the real attach/detach controller), and the set started again with the new server, pinned to
+  that node by ``kubernetes.io/hostname`` (onto a new node: all created at once, unpinned, so
+  Karpenter provisions one node for the set).  *Modelled here with the spawners' own stop and
+  start*: the hub's move handler (issue 34 item 1) runs the same steps behind its button;
+- **headroom**: ours with ``colocation_headroom`` on, ``colocation_headroom_footprint``
+  :data:`FOOTPRINT` (no user has history: each arrives once);
+- **both**: headroom and move.
+
+Every user pod carries ``karpenter.sh/do-not-disrupt`` (a server has no controller: evicted, it
+is gone), so Karpenter's consolidation removes empty nodes only, in every variant alike.
+
+The workload (``--seed``; the run prints it): ``--users`` users arrive uniformly at random over
+``--arrive-hours`` simulated hours; each starts a lab at once (0.5 / 1 / 1.5 CPU with
+probability 0.3 / 0.5 / 0.2) and 0-3 apps later (0 / 1 / 2 / 3 with probability 0.25 / 0.35 /
+0.25 / 0.15; each 0.25 / 0.5 / 1 CPU with 0.4 / 0.4 / 0.2; at 0.25-2.5 h after the lab), memory
+:data:`MEMORY_PER_CPU` per CPU; all of the user's servers stop 3-5 h after the lab started.  One
+simulated hour is ``--hour-seconds`` real seconds: the schedule is compressed, scheduling,
+attaching and provisioning are the real components' in real time.
+
+A **dead end** is a server the user wanted and could not run without stopping another: ours
+refused it (without a move, or the move failed); stock's pod stayed Pending behind its hard
+affinity (read from the pod's events: Karpenter's ``Failed to schedule pod ... pod affinity``,
+it adds no node for it), or did not run within ``--stock-window`` seconds.
+**Node-hours**: the Karpenter nodes of each pool, sampled every second from the first arrival
+until the pools are empty again (or ``--tail`` seconds after the last session), in simulated
+hours.  **Wait-to-running**: real seconds from a server's request to its running (a moved set:
+to the new server running), over the servers that ran.
+
+    python -m benchmarks.capacity [--users 100] [--seed 1] [--hour-seconds 75]
+
+Last line: ``capacity: users=N dead-ends stock=… ours=… move=… headroom=… both=…; node-hours
+stock=… ours=… move=… headroom=… both=…; p99 wait-to-running stock=…s ours=…s move=…s
+headroom=…s both=…s``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import random
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from benchmarks import _cluster
+from nebari_colocate import quantity
+from tests.support.autoscaler import DO_NOT_DISRUPT, NODEPOOL_LABEL, Autoscaler, nodepool
+from tests.support.builders import pod as pod_dict
+from tests.support.helpers import create_bound_claim, list_volume_attachments
+from tests.support.z2jh import USER_SCHEDULER, USER_SCHEDULER_PROFILE
+
+VARIANTS = ("stock", "ours", "move", "headroom", "both")
+HEADROOM = {"headroom", "both"}
+MOVES = {"move", "both"}
+#: the headroom variants' ``colocation_headroom_footprint``: a lab and two small apps
+FOOTPRINT = {"cpu": "2", "memory": "4Gi"}
+MEMORY_PER_CPU = 2  # GiB
+#: the kwok provider's label of a machine's CPU count (a NodePool requirement may select on it)
+INSTANCE_CPU = "karpenter.kwok.sh/instance-cpu"
+LAB_CPU = ((0.5, 0.3), (1.0, 0.5), (1.5, 0.2))
+APP_COUNT = ((0, 0.25), (1, 0.35), (2, 0.25), (3, 0.15))
+APP_CPU = ((0.25, 0.4), (0.5, 0.4), (1.0, 0.2))
+APP_AFTER_HOURS = (0.25, 2.5)
+SESSION_HOURS = (3.0, 5.0)
+#: data-science-pack's hand-written co-location, as its 01-spawner.py writes it
+DSP_LABEL = "nebari.dev/colocate-user"
+DSP_AFFINITY = {
+    "affinity": {
+        "podAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": [
+                {
+                    "labelSelector": {
+                        "matchExpressions": [
+                            {"key": DSP_LABEL, "operator": "In", "values": ["{username}"]}
+                        ]
+                    },
+                    "topologyKey": "kubernetes.io/hostname",
+                }
+            ]
+        }
+    }
+}
+
+
+# --------------------------------------------------------------------------------------------------
+# the workload (pure)
+
+
+@dataclass(frozen=True)
+class Server:
+    name: str  # "" is the lab (the default server)
+    cpu: float
+    at: float  # simulated hours after the run began
+
+
+@dataclass(frozen=True)
+class User:
+    name: str
+    servers: tuple[Server, ...]
+    end: float
+
+    @property
+    def arrive(self) -> float:
+        return self.servers[0].at
+
+
+def _draw(rng: random.Random, table: tuple[tuple[Any, float], ...]) -> Any:
+    values, weights = zip(*table, strict=True)
+    return rng.choices(values, weights)[0]
+
+
+def workload(users: int, seed: int, arrive_hours: float) -> list[User]:
+    """``users`` users drawn from ``random.Random(f"capacity:{seed}")`` (the module's
+    distributions), by arrival."""
+    rng = random.Random(f"capacity:{seed}")
+    drawn = []
+    for index in range(users):
+        arrive = rng.uniform(0, arrive_hours)
+        end = arrive + rng.uniform(*SESSION_HOURS)
+        servers = [Server("", _draw(rng, LAB_CPU), arrive)]
+        for app in range(_draw(rng, APP_COUNT)):
+            servers.append(
+                Server(
+                    f"app-{app + 1}", _draw(rng, APP_CPU), arrive + rng.uniform(*APP_AFTER_HOURS)
+                )
+            )
+        servers.sort(key=lambda s: s.at)
+        drawn.append(User(f"user-{index:03}", tuple(servers), end))
+    return sorted(drawn, key=lambda u: u.arrive)
+
+
+def percentile(values: list[float], q: float) -> float:
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
+
+
+# --------------------------------------------------------------------------------------------------
+# one variant's figures
+
+
+@dataclass
+class Record:
+    variant: str
+    wanted: int = 0
+    started: int = 0
+    dead_ends: int = 0
+    refused: int = 0
+    moves_existing: int = 0
+    moves_new: int = 0
+    moves_failed: int = 0
+    unfinished: int = 0
+    #: neither started nor refused: an error or a timeout (a slow cluster), not a dead end
+    failed: int = 0
+    errors: list[str] = field(default_factory=list)
+    waits: list[float] = field(default_factory=list)
+    node_hours: float = 0.0
+    core_hours: float = 0.0
+    peak_nodes: int = 0
+
+
+class Clock:
+    """Simulated hours on the real clock."""
+
+    def __init__(self, hour_seconds: float) -> None:
+        self.hour_seconds = hour_seconds
+        self.t0 = time.perf_counter()
+
+    def hours(self) -> float:
+        return (time.perf_counter() - self.t0) / self.hour_seconds
+
+    async def until(self, hours: float) -> None:
+        await asyncio.sleep(max(0.0, hours * self.hour_seconds - (time.perf_counter() - self.t0)))
+
+
+# --------------------------------------------------------------------------------------------------
+# spawners
+
+
+def traits(variant: str, server: Server, start_timeout: float) -> dict[str, Any]:
+    common: dict[str, Any] = {
+        "cpu_guarantee": server.cpu,
+        "mem_guarantee": int(server.cpu * MEMORY_PER_CPU * 2**30),
+        "scheduler_name": USER_SCHEDULER,
+        "node_selector": {NODEPOOL_LABEL: variant},
+        "extra_annotations": {DO_NOT_DISRUPT: "true"},
+        "start_timeout": start_timeout,
+    }
+    if variant == "stock":
+        return {
+            **common,
+            "extra_labels": {DSP_LABEL: "{username}"},
+            "extra_pod_config": DSP_AFFINITY,
+        }
+    if variant in HEADROOM:
+        common.update(colocation_headroom=True, colocation_headroom_footprint=dict(FOOTPRINT))
+    return common
+
+
+def make_spawner(variant: str, user: User, server: Server, start_timeout: float) -> Any:
+    from kubespawner import KubeSpawner
+
+    from nebari_colocate import ColocatingKubeSpawner
+
+    cls = KubeSpawner if variant == "stock" else ColocatingKubeSpawner
+    spawner = _cluster.make_spawner(
+        cls, f"cap-{variant}", user.name, server.name, **traits(variant, server, start_timeout)
+    )
+    spawner.log.setLevel(logging.CRITICAL)
+    return spawner
+
+
+class Session:
+    """One user's servers in one variant: the starts at their times, the move, the stop."""
+
+    def __init__(self, run: Run, variant: str, user: User) -> None:
+        self.run = run
+        self.variant = variant
+        self.user = user
+        self.record = run.records[variant]
+        timeout = run.args.stock_window if variant == "stock" else run.args.start_timeout
+        self.spawners = {s.name: make_spawner(variant, user, s, timeout) for s in user.servers}
+        self.running: set[str] = set()
+        self.lock = asyncio.Lock()  # one action per user at a time, as the hub's way out
+
+    async def live(self) -> None:
+        tasks = [asyncio.ensure_future(self.start_at(s)) for s in self.user.servers]
+        await self.run.clock.until(self.user.end)
+        for task in tasks:
+            if not task.done():
+                task.cancel()
+        for outcome in await asyncio.gather(*tasks, return_exceptions=True):
+            if isinstance(outcome, asyncio.CancelledError):
+                self.record.unfinished += 1
+        await asyncio.gather(
+            *(s.stop(now=True) for s in self.spawners.values()), return_exceptions=True
+        )
+
+    async def start_at(self, server: Server) -> None:
+        await self.run.clock.until(server.at)
+        self.record.wanted += 1
+        requested = time.perf_counter()
+        spawner = self.spawners[server.name]
+        if self.variant == "stock":
+            ran = await self.stock_start(spawner)
+        else:
+            async with self.lock:
+                ran = await self.our_start(spawner, server)
+        if ran:
+            self.record.started += 1
+            self.record.waits.append(time.perf_counter() - requested)
+        elif ran is False:
+            self.record.dead_ends += 1
+        else:  # neither started nor refused: an error or a timeout, not a dead end
+            self.record.failed += 1
+
+    async def stock_start(self, spawner: Any) -> bool | None:
+        start = asyncio.ensure_future(spawner.start())
+        verdict = asyncio.ensure_future(self.run.karpenter_gives_up(spawner))
+        done, _ = await asyncio.wait({start, verdict}, return_when=asyncio.FIRST_COMPLETED)
+        for task in (start, verdict):
+            if task not in done:
+                task.cancel()
+                with contextlib.suppress(BaseException):
+                    await task
+        if start in done and start.exception() is None:
+            self.running.add(spawner.name)
+            return True
+        with contextlib.suppress(Exception):
+            await spawner.stop(now=True)  # KubeSpawner deletes its pod after a timeout anyway
+        if verdict in done:
+            return False
+        exc = start.exception()
+        self.record.errors.append(f"{self.user.name}/{spawner.name}: {type(exc).__name__}: {exc}")
+        return None
+
+    async def our_start(self, spawner: Any, server: Server) -> bool | None:
+        from nebari_colocate.spawner import ColocationRefused
+
+        try:
+            await spawner.start()
+        except ColocationRefused as refused:
+            verdict = getattr(refused, "event_verdict", None)
+            if verdict is not None:  # ended on the pod's events (a slow cluster), not refused
+                code = getattr(verdict, "code", None) or getattr(verdict, "reason", "")
+                self.record.errors.append(f"{self.user.name}/{server.name}: ended on {code}")
+                return None
+            self.record.refused += 1
+            if self.variant in MOVES and self.running:
+                return await self.move(spawner, server, refused.decision)
+            return False
+        except Exception as exc:
+            self.record.errors.append(
+                f"{self.user.name}/{server.name}: {type(exc).__name__}: {exc}"
+            )
+            return False
+        self.running.add(server.name)
+        return True
+
+    async def move(self, spawner: Any, server: Server, decision: Any) -> bool:
+        """The whole set to the node the chooser picks (or to a node Karpenter adds), then the
+        new server with it."""
+        way_out = getattr(decision, "way_out", None) if decision is not None else None
+        if way_out is None or way_out.move is None:
+            return False
+        restart = [self.spawners[name] for name in sorted(self.running)]
+        set_pods = [self.pod_of(s) for s in self.user.servers if s.name in self.running]
+        pinned = getattr(decision, "node", None)
+        target = await self.run.choose_target(
+            [*set_pods, self.pod_of(server)], self.variant, pinned
+        )
+        await asyncio.gather(*(s.stop(now=True) for s in restart), return_exceptions=True)
+        self.running.clear()
+        await self.run.released(self.variant, self.user.name)
+        selector: dict[str, str] = {NODEPOOL_LABEL: self.variant}
+        off: list[dict] = []
+        if target is not None:
+            selector["kubernetes.io/hostname"] = target[1]
+        else:  # kept off every node there is (none holds the set): Karpenter adds one
+            hostnames = await self.run.hostnames(self.variant)
+            expression = {"key": "kubernetes.io/hostname", "operator": "NotIn", "values": hostnames}
+            off = [{"matchExpressions": [expression]}] if hostnames else []
+        moved = [*restart, spawner]
+        for s in moved:
+            s.node_selector = dict(selector)
+            s.node_affinity_required = list(off)
+        try:
+            if target is not None:
+                outcomes = [await _ran(s, self.record) for s in moved]
+            else:  # created together: Karpenter provisions one node for the set
+                outcomes = list(await asyncio.gather(*(_ran(s, self.record) for s in moved)))
+        finally:
+            for s in moved:
+                s.node_selector = {NODEPOOL_LABEL: self.variant}
+                s.node_affinity_required = []
+        for s, ran in zip(moved, outcomes, strict=True):
+            if ran:
+                self.running.add(s.name)
+        lost = sum(1 for s, ran in zip(restart, outcomes, strict=False) if not ran)
+        self.record.dead_ends += lost  # a server of the set that did not come back
+        if not outcomes[-1] or lost:
+            self.record.moves_failed += 1
+        elif target is not None:
+            self.record.moves_existing += 1
+        else:
+            self.record.moves_new += 1
+        return outcomes[-1]
+
+    def pod_of(self, server: Server) -> dict:
+        """The server's pod as the chooser reads it (requests, node selection, owner)."""
+        requests = {"cpu": f"{server.cpu:g}", "memory": f"{server.cpu * MEMORY_PER_CPU:g}Gi"}
+        return pod_dict(
+            f"jupyter-{self.user.name}-{server.name}",
+            namespace=f"cap-{self.variant}",
+            requests=requests,
+            node_selector={NODEPOOL_LABEL: self.variant},
+            user=self.user.name,
+            server=server.name,
+        )
+
+
+async def _ran(spawner: Any, record: Record) -> bool:
+    try:
+        await spawner.start()
+    except Exception as exc:
+        where = f"{spawner.user.name}/{spawner.name}"
+        record.errors.append(f"move: {where}: {type(exc).__name__}: {str(exc)[:300]}")
+        return False
+    return True
+
+
+# --------------------------------------------------------------------------------------------------
+# the run
+
+
+class Run:
+    def __init__(self, args: argparse.Namespace, users: list[User]) -> None:
+        self.args = args
+        self.users = users
+        self.records = {v: Record(v) for v in args.variants}
+        self.clock = Clock(args.hour_seconds)
+        self.api: Any = None
+        self.volumes: dict[tuple[str, str], str] = {}
+        #: stock pods Karpenter said it adds no node for (their hard pod affinity)
+        self.gave_up: set[str] = set()
+
+    async def setup(self) -> None:
+        from kubernetes_asyncio import client
+
+        core = client.CoreV1Api(self.api)
+        limit = asyncio.Semaphore(32)
+
+        async def claim(variant: str, user: str) -> None:
+            async with limit:
+                pvc, _ = await create_bound_claim(self.api, f"cap-{variant}", f"claim-{user}")
+                self.volumes[(variant, user)] = pvc["spec"]["volumeName"]
+
+        for variant in self.args.variants:
+            await core.create_namespace({"metadata": {"name": f"cap-{variant}"}})
+        await asyncio.gather(*(claim(v, u.name) for v in self.args.variants for u in self.users))
+
+    async def karpenter_gives_up(self, spawner: Any) -> None:
+        """Return once Karpenter has said it adds no node for this stock pod (its hard pod
+        affinity pins it to a node without room: :meth:`watch_karpenter`); never otherwise."""
+        while spawner.pod_name not in self.gave_up:
+            await asyncio.sleep(1.0)
+
+    async def watch_karpenter(self, stop: asyncio.Event) -> None:
+        """Every 2 s, the stock pods Karpenter gave up on (``FailedScheduling`` from Karpenter
+        naming pod affinity), from one LIST of the namespace's FailedScheduling events."""
+        from kubernetes_asyncio import client
+
+        core = client.CoreV1Api(self.api)
+        while not stop.is_set():
+            with contextlib.suppress(Exception):
+                events = await core.list_namespaced_event(
+                    "cap-stock", field_selector="reason=FailedScheduling"
+                )
+                for event in events.items:
+                    source = event.reporting_component or (
+                        event.source.component if event.source else ""
+                    )
+                    if "karpenter" in (source or "") and "pod affinity" in (event.message or ""):
+                        self.gave_up.add(event.involved_object.name)
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(stop.wait(), 2.0)
+
+    async def choose_target(
+        self, pods: list[dict], variant: str, pinned: str | None
+    ) -> tuple[str, str] | None:
+        """(name, hostname label) of the node the move's chooser picks for the set, from every
+        node of the pool and every pod of the cluster, the node the set is pinned to now left
+        out; None: none holds it (Karpenter adds one)."""
+        from kubernetes_asyncio import client
+
+        from nebari_colocate.setmove import choose_target
+        from nebari_colocate.state import ClusterState
+
+        core = client.CoreV1Api(self.api)
+        nodes = (await core.list_node(label_selector=f"{NODEPOOL_LABEL}={variant}")).items
+        listed = (await core.list_pod_for_all_namespaces()).items
+        objects = [dict(self.api.sanitize_for_serialization(n), kind="Node") for n in nodes]
+        objects += [dict(self.api.sanitize_for_serialization(p), kind="Pod") for p in listed]
+        state = ClusterState.from_objects(objects, namespace=f"cap-{variant}")
+        target = choose_target(pods, state, avoid=(pinned,) if pinned else ())
+        if target is None:
+            return None
+        labels = state.nodes[target]["metadata"].get("labels") or {}
+        return target, labels.get("kubernetes.io/hostname", target)
+
+    async def hostnames(self, variant: str) -> list[str]:
+        """The ``kubernetes.io/hostname`` labels of the pool's nodes now."""
+        from kubernetes_asyncio import client
+
+        nodes = await client.CoreV1Api(self.api).list_node(
+            label_selector=f"{NODEPOOL_LABEL}={variant}"
+        )
+        return sorted(
+            (n.metadata.labels or {}).get("kubernetes.io/hostname", n.metadata.name)
+            for n in nodes.items
+        )
+
+    async def released(self, variant: str, user: str, timeout: float = 60) -> None:
+        """Until no VolumeAttachment of the user's home is attached (the detach after a stop)."""
+        volume = self.volumes[(variant, user)]
+        deadline = time.perf_counter() + timeout
+        while time.perf_counter() < deadline:
+            found = await list_volume_attachments(self.api, volume)
+            if not [a for a in found if (a.get("status") or {}).get("attached")]:
+                return
+            await asyncio.sleep(0.5)
+
+    async def sample(self, stop: asyncio.Event) -> None:
+        """Node-hours and core-hours per pool, every second, in simulated hours."""
+        from kubernetes_asyncio import client
+
+        core = client.CoreV1Api(self.api)
+        last = shown = time.perf_counter()
+        while not stop.is_set():
+            nodes = (await core.list_node(label_selector=NODEPOOL_LABEL)).items
+            now = time.perf_counter()
+            hours = (now - last) / self.args.hour_seconds
+            last = now
+            counts: dict[str, int] = {}
+            cores: dict[str, float] = {}
+            for node in nodes:
+                pool = node.metadata.labels.get(NODEPOOL_LABEL)
+                counts[pool] = counts.get(pool, 0) + 1
+                cpu = (node.status.allocatable or {}).get("cpu", "0")
+                cores[pool] = cores.get(pool, 0.0) + float(quantity.parse(cpu))
+            for variant, record in self.records.items():
+                record.node_hours += counts.get(variant, 0) * hours
+                record.core_hours += cores.get(variant, 0.0) * hours
+                record.peak_nodes = max(record.peak_nodes, counts.get(variant, 0))
+            if now - shown > 30:
+                shown = now
+                print(
+                    f"  @{self.clock.hours():.2f}h "
+                    + " ".join(
+                        f"{v}: nodes={counts.get(v, 0)} ran={r.started}/{r.wanted} "
+                        f"dead={r.dead_ends}"
+                        for v, r in self.records.items()
+                    ),
+                    flush=True,
+                )
+            if self.all_done and not counts:
+                return
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(stop.wait(), 1.0)
+
+    all_done = False
+
+    async def go(self) -> None:
+        sessions = [Session(self, v, u) for u in self.users for v in self.args.variants]
+        stop = asyncio.Event()
+        self.clock = Clock(self.args.hour_seconds)
+        sampler = asyncio.ensure_future(self.sample(stop))
+        watcher = asyncio.ensure_future(self.watch_karpenter(stop))
+        await asyncio.gather(*(s.live() for s in sessions))
+        self.all_done = True
+        print(
+            f"  sessions over at {self.clock.hours():.2f} h; waiting for the pools to empty",
+            flush=True,
+        )
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(asyncio.shield(sampler), self.args.tail)
+        stop.set()
+        await sampler
+        await watcher
+        for variant in self.args.variants:
+            await _cluster.stop_reflectors(f"cap-{variant}")
+
+
+def pool(variant: str, min_cpu: int) -> dict:
+    """The variant's NodePool: the kwok provider's CPU machines of at least ``min_cpu`` CPU."""
+    found = nodepool(variant, "cpu", limits={"cpu": "1000"})
+    requirement = {"key": INSTANCE_CPU, "operator": "Gt", "values": [str(min_cpu - 1)]}
+    found["spec"]["template"]["spec"]["requirements"].append(requirement)
+    return found
+
+
+@contextlib.asynccontextmanager
+async def cluster(variants: tuple[str, ...], min_cpu: int):
+    """The control plane, the user-scheduler, and Karpenter with one NodePool per variant."""
+    pools = [pool(v, min_cpu) for v in variants]
+    with _cluster.control_plane(kubelet_stub=True) as cp:
+        cp.start_scheduler("user", [USER_SCHEDULER_PROFILE])
+        karpenter = Autoscaler(_cluster.bin_dir(), cp, nodepools=pools).start()
+        try:
+            await _cluster.use_credentials(cp.kubeconfig)
+            yield cp
+        finally:
+            karpenter.stop()
+
+
+def print_workload(users: list[User], args: argparse.Namespace) -> None:
+    servers = [s for u in users for s in u.servers]
+    apps = [s for s in servers if s.name]
+    print(
+        f"workload: seed={args.seed} users={len(users)} arriving over {args.arrive_hours:g} h, "
+        f"{len(servers)} servers ({len(apps)} apps), {sum(s.cpu for s in servers):g} CPU in all; "
+        f"1 h = {args.hour_seconds:g} s; footprint (headroom) {FOOTPRINT}"
+    )
+    for user in users:
+        shown = ", ".join(f"{s.name or 'lab'} {s.cpu:g} CPU @{s.at:.2f}h" for s in user.servers)
+        print(f"  {user.name}: {shown}; stop @{user.end:.2f}h")
+
+
+def summary(run: Run) -> list[str]:
+    lines = []
+    stock = run.records.get("stock")
+    for variant, r in run.records.items():
+        ratio = (
+            f" ({r.node_hours / stock.node_hours:.2f} x stock)"
+            if stock and stock.node_hours
+            else ""
+        )
+        lines.append(
+            f"  {variant:9} wanted={r.wanted} ran={r.started} dead-ends={r.dead_ends} "
+            f"refused={r.refused} moves={r.moves_existing}+{r.moves_new}new "
+            f"(failed {r.moves_failed}) unfinished={r.unfinished} failed={r.failed} "
+            f"node-hours={r.node_hours:.1f}{ratio} core-hours={r.core_hours:.1f} "
+            f"peak-nodes={r.peak_nodes} wait p50={percentile(r.waits, 0.5):.1f}s "
+            f"p99={percentile(r.waits, 0.99):.1f}s"
+        )
+        lines += [f"    error: {e}" for e in r.errors[:5]]
+    records = run.records.values()
+    lines.append(
+        f"capacity: users={len(run.users)} dead-ends "
+        + " ".join(f"{r.variant}={r.dead_ends}" for r in records)
+        + "; node-hours "
+        + " ".join(f"{r.variant}={r.node_hours:.1f}" for r in records)
+        + "; p99 wait-to-running "
+        + " ".join(f"{r.variant}={percentile(r.waits, 0.99):.1f}s" for r in records)
+    )
+    return lines
+
+
+async def main_async(args: argparse.Namespace) -> int:
+    users = workload(args.users, args.seed, args.arrive_hours)
+    print_workload(users, args)
+    print(f"  NodePools: one per variant, machines of at least {args.min_node_cpu} CPU")
+    print(f"machine: {_cluster.machine()}", flush=True)
+    run = Run(args, users)
+    async with cluster(args.variants, args.min_node_cpu) as cp, _cluster.admin(cp) as api:
+        run.api = api
+        began = time.perf_counter()
+        await run.setup()
+        homes = len(users) * len(args.variants)
+        print(f"  {homes} homes bound in {time.perf_counter() - began:.0f} s", flush=True)
+        await run.go()
+    for line in summary(run):
+        print(line)
+    return 0
+
+
+def parse(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.capacity", description=__doc__.split("\n")[0]
+    )
+    parser.add_argument("--users", type=int, default=100)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--arrive-hours", type=float, default=4.0)
+    parser.add_argument(
+        "--hour-seconds", type=float, default=75.0, help="real seconds per simulated hour"
+    )
+    parser.add_argument(
+        "--start-timeout", type=float, default=120.0, help="ours: start_timeout (s)"
+    )
+    parser.add_argument("--stock-window", type=float, default=60.0, help="stock: start_timeout (s)")
+    parser.add_argument(
+        "--min-node-cpu", type=int, default=4, help="the smallest machine the pools may launch"
+    )
+    parser.add_argument("--tail", type=float, default=120.0, help="seconds to wait for empty pools")
+    parser.add_argument("--variants", type=lambda text: tuple(text.split(",")), default=VARIANTS)
+    args = parser.parse_args(argv)
+    unknown = set(args.variants) - set(VARIANTS)
+    if unknown:
+        parser.error(f"--variants: unknown {sorted(unknown)}; choose from {','.join(VARIANTS)}")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    return asyncio.run(main_async(parse(argv)))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
