@@ -15,8 +15,9 @@ usual footprint (``docs/decisions.md``, "Headroom for the first server"):
   CPU lab is never steered by a GPU set of the past;
 - the nodes (:func:`roomy_nodes`): those that pass the server's own filters (the kube-scheduler
   subset of :mod:`nebari_colocate.fit`), are not premium nodes for a server that needs none, and
-  have that much free; the best fitting first (least room left), at most
-  :data:`MAX_HEADROOM_NODES`;
+  have that much free beyond the room promised to the users already there (:func:`promised`:
+  each such user's configured footprint beyond what the user runs there now); the best fitting
+  first (least room left), at most :data:`MAX_HEADROOM_NODES`;
 - the term (:func:`headroom_terms`): one preferred term per node, ``matchFields metadata.name In
   [node]`` (the API takes one value per ``metadata.name`` field requirement), weight
   :data:`HEADROOM_WEIGHT`.  Preferred, never required: a node that cannot take the pod is simply
@@ -130,12 +131,34 @@ def _free(node: Obj, used: Mapping[str, int], resource: str) -> int:
     return quantity.scheduler_units(resource, allocatable[resource]) - used.get(resource, 0)
 
 
+def promised(
+    pods: Iterable[Obj], owner: Callable[[Obj], str | None], footprint: Mapping[str, int]
+) -> Footprint:
+    """The room a node keeps for the users already on it: for each user (``owner(pod)``, None
+    for a pod that is no user's server), per resource, what ``footprint`` (the configured one:
+    another user's history is not at hand) asks beyond the user's servers there now."""
+    sets: dict[str, list[Obj]] = {}
+    for pod in pods:
+        who = owner(pod)
+        if who is not None and not is_terminal(pod):
+            sets.setdefault(who, []).append(pod)
+    kept: Footprint = {}
+    for servers in sets.values():
+        running = set_footprint(servers)
+        for name, amount in footprint.items():
+            short = amount - running.get(name, 0)
+            if short > 0:
+                kept[name] = kept.get(name, 0) + short
+    return kept
+
+
 def roomy_nodes(
     pod: Obj,
     need: Mapping[str, int],
     nodes: Mapping[str, Obj],
     pods_on: Callable[[str], Iterable[Obj]],
     premium_resources: Iterable[str] = (),
+    keep: Callable[[Iterable[Obj]], Mapping[str, int]] = lambda pods: {},
 ) -> tuple[list[str], list[str]]:
     """(the nodes with ``need`` free, best fitting first, at most :data:`MAX_HEADROOM_NODES`;
     every node that takes ``pod`` itself, sorted by name).
@@ -143,7 +166,8 @@ def roomy_nodes(
     A node counts only when the pod passes its filters (node selector and affinity, taints,
     cordon, pod count; :func:`nebari_colocate.fit.check_fit`), and, for a pod that requests no
     premium resource, when the node offers none.  ``pods_on(name)``: the pods bound to a node
-    (every namespace the caller can see).
+    (every namespace the caller can see); ``keep(pods)``: the room those pods' users are
+    promised there (:func:`promised`), not free for this one.
     """
     premium = tuple(premium_resources)
     needs_premium = any(need.get(r, 0) > 0 for r in premium)
@@ -153,14 +177,18 @@ def roomy_nodes(
         node = nodes[name]
         if not needs_premium and offered(node, premium):
             continue
-        usage = node_usage(name, pods_on(name))
+        on_node = list(pods_on(name))
+        usage = node_usage(name, on_node)
         result = check_fit(pod, node, (), usage=usage)
         if any(not r.startswith(INSUFFICIENT) and r != TOO_MANY_PODS for r in result.reasons):
             continue
         if result.reasons:
             continue  # the pod itself does not fit: the scheduler will not score the node
         taking.append(name)
-        left = tuple(_free(node, usage[0], r) - amount for r, amount in sorted(need.items()))
+        kept = keep(p for p in on_node if meta(p).get("deletionTimestamp") is None)
+        left = tuple(
+            _free(node, usage[0], r) - kept.get(r, 0) - amount for r, amount in sorted(need.items())
+        )
         if all(room >= 0 for room in left):
             roomy.append((left, name))
     roomy.sort()
@@ -213,11 +241,21 @@ def headroom_for(
     nodes: Mapping[str, Obj],
     pods_on: Callable[[str], Iterable[Obj]],
     premium_resources: Iterable[str] = (),
+    *,
+    owner: Callable[[Obj], str | None] = lambda pod: None,
+    others: Mapping[str, int] | None = None,
 ) -> tuple[Footprint, list[str]]:
     """(the room needed, the nodes the preference names) for a first server ``pod``: the steps
-    above in order (:func:`needed_room`, :func:`roomy_nodes`, :func:`chosen_nodes`)."""
+    above in order (:func:`needed_room`, :func:`roomy_nodes`, :func:`chosen_nodes`).
+    ``owner`` tells whose server a pod is and ``others`` (the configured footprint) what each
+    user already on a node is promised there (:func:`promised`); by default nothing is."""
     need = needed_room(pod, footprint, premium_resources)
-    roomy, taking = roomy_nodes(pod, need, nodes, pods_on, premium_resources)
+    promise = {k: v for k, v in (others or {}).items() if k in need}
+
+    def keep(pods: Iterable[Obj]) -> Footprint:
+        return promised(pods, owner, promise) if promise else {}
+
+    roomy, taking = roomy_nodes(pod, need, nodes, pods_on, premium_resources, keep)
     return need, chosen_nodes(roomy, taking)
 
 

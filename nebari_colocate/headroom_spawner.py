@@ -132,12 +132,21 @@ class HeadroomSpawner(LoggingConfigurable):
         footprint = self.usual_footprint()
         if nodes is None or not footprint:
             return manifest
+        key = self.colocation_label_key  # type: ignore[attr-defined]
+        mine = self.colocation_label_value  # type: ignore[attr-defined]
+
+        def owner(pod: Obj) -> str | None:
+            who = (meta(pod).get("labels") or {}).get(key)
+            return None if who in (None, mine) else str(who)
+
         need, chosen = headroom_for(
             manifest,
             footprint,
             nodes,
             lambda name: view.by_node.get(name),
             self.premium_resources,  # type: ignore[attr-defined]
+            owner=owner,
+            others=configured_footprint(self.colocation_headroom_footprint),
         )
         self.log.info(
             "colocate: headroom for %s: room %s on %s",

@@ -16,6 +16,7 @@ from nebari_colocate.headroom import (
     headroom_for,
     headroom_terms,
     needed_room,
+    promised,
     set_footprint,
     stored_footprint,
     usual_footprint,
@@ -277,6 +278,82 @@ def test_the_nodes_the_preference_names(requests, footprint, nodes, bound, expec
 
     _, chosen = headroom_for(pod(requests=requests), footprint, by_node, pods_on, GPU)
     assert chosen == expected
+
+
+LABEL = "nebari.dev/colocate-user"
+
+
+def server(name, node_name, who, cpu):
+    return running(name, node_name, requests={"cpu": cpu}, labels={LABEL: who})
+
+
+def owner(pod):
+    return (pod["metadata"].get("labels") or {}).get(LABEL)
+
+
+PROMISED = [
+    # (name, pods on a node, configured footprint, room kept for their users)
+    (
+        "a user's lab below the footprint keeps the rest",
+        [server("a", "n", "bob", "1")],
+        {"cpu": 2000},
+        {"cpu": 1000},
+    ),
+    (
+        "a user's whole set counts, not each server",
+        [server("a", "n", "bob", "1"), server("b", "n", "bob", "500m")],
+        {"cpu": 2000},
+        {"cpu": 500},
+    ),
+    (
+        "a set above the footprint keeps nothing more",
+        [server("a", "n", "bob", "3")],
+        {"cpu": 2000},
+        {},
+    ),
+    (
+        "each user on the node is promised their own",
+        [server("a", "n", "bob", "1"), server("b", "n", "carol", "500m")],
+        {"cpu": 2000},
+        {"cpu": 2500},
+    ),
+    (
+        "a pod that is no user's server keeps nothing",
+        [running("x", "n", requests={"cpu": "1"})],
+        {"cpu": 2000},
+        {},
+    ),
+    (
+        "a finished server keeps nothing",
+        [pod("old", node_name="n", phase="Failed", labels={LABEL: "bob"})],
+        {"cpu": 2000},
+        {},
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    "pods, footprint, expected", [row[1:] for row in PROMISED], ids=[row[0] for row in PROMISED]
+)
+def test_the_room_a_node_keeps_for_the_users_already_on_it(pods, footprint, expected):
+    assert promised(pods, owner, footprint) == expected
+
+
+def test_room_promised_to_the_users_on_a_node_is_not_room_for_a_new_one():
+    # 'packed' has 2.5 CPU free, but bob's lab there is promised 1 CPU more: 1.5 is not 2
+    nodes = {"packed": node("packed"), "empty": node("empty"), "full": node("full")}
+    bound = [
+        server("bob-lab", "packed", "bob", "1"),
+        running("x", "packed", requests={"cpu": "500m"}, namespace="other"),
+        FULL,
+    ]
+
+    def pods_on(name):
+        return [p for p in bound if p["spec"].get("nodeName") == name]
+
+    args = (pod(requests={"cpu": "1"}), {"cpu": 2000}, nodes, pods_on, GPU)
+    assert headroom_for(*args)[1] == ["packed", "empty"]  # nothing promised
+    assert headroom_for(*args, owner=owner, others={"cpu": 2000})[1] == ["empty"]
 
 
 def test_at_most_twenty_nodes_are_named_the_best_fitting_ones():
