@@ -17,21 +17,25 @@ from . import messages
 from .jupyterhub import ColocationRefused, requested_through_rest_api
 from .objects import JsonDict
 from .placement import Decision, with_move
+from .wayout import WayOut
 
 __all__ = ["hold", "move_url", "offer_move", "refused", "way_out_url"]
 
 
 def offer_move(spawner: Any, decision: Decision, pod: JsonDict) -> None:
     """Add to ``decision``'s way out the move of the whole set, chosen among every node the
-    live view knows (the check itself reads only the pinned node); nothing when the view
-    cannot tell the room on every node, or the move is there already."""
+    live view knows (the check itself reads only the pinned node); the check's own when the
+    view cannot tell the room on every node."""
     found = decision.way_out
-    if found is None or found.move is not None:
+    if found is None:
         return
     try:
         state = spawner.whole_set_state(pod)
         if state is not None:
-            decision.way_out = with_move(pod, decision, found, state, spawner.colocation_policy())
+            # judged again on every node: the check's own state has the pinned node alone, so
+            # its move (if any) can only be "a node an autoscaler adds"
+            alone = WayOut(found.stop, found.start)
+            decision.way_out = with_move(pod, decision, alone, state, spawner.colocation_policy())
     except Exception:  # the refusal stands without its second way out
         spawner.log.exception("colocate: the move of the whole set could not be judged")
 

@@ -287,3 +287,28 @@ def test_the_room_holder_asks_for_the_whole_set_at_once_with_the_new_server_s_se
     terms = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
     assert terms["nodeSelectorTerms"] == [{"matchExpressions": [expr("zone", "In", "a")]}]
     assert "volumes" not in spec  # it holds no home: not a holder, pins nothing
+
+
+def test_the_hub_judges_the_move_again_on_every_node_the_live_view_knows():
+    """The check's state holds the pinned node alone (a Karpenter node: its move can only be
+    "a node Karpenter adds"); the refusal's move is chosen again on the live view's nodes."""
+    import logging
+
+    from nebari_colocate.refusing import offer_move
+
+    pinned = node("cpu-1", labels=KARPENTER)
+    objects = [pvc(HOME), pinned, other("bob-1", "cpu-1", cpu="2"), *SET]
+    decision = decide(new(), state(*objects), Policy())
+    assert decision.way_out.move == Move(("", "pandas-app"), "big", None)
+
+    class Spawner:
+        log = logging.getLogger("test")
+
+        def whole_set_state(self, pod):
+            return state(*objects, node("cpu-2"))
+
+        def colocation_policy(self):
+            return Policy()
+
+    offer_move(Spawner(), decision, new())
+    assert decision.way_out.move == Move(("", "pandas-app"), "big", "cpu-2")
