@@ -11,7 +11,7 @@ page (``templates/jhub_apps/home.html``: ``colocation_failure.html``) read by at
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
@@ -55,6 +55,21 @@ class Refusal:
         if found is None and self.event_verdict is not None:
             found = self.event_verdict.way_out
         return found
+
+    def still_holds(self, running: Collection[str]) -> bool:
+        """Whether what this refusal says may still be so, given the user's servers running now
+        (``""`` the default server): one with a way out no longer holds once every server the
+        way out stops has stopped (the way out's own test of a stale refusal); one without a way
+        out holds until the server is started again."""
+        found = self.way_out
+        if found is None or not found.stop:
+            return True
+        return any(name in running for name in found.stop)
+
+    def way_out_stop(self) -> list[str]:
+        """The servers the way out stops (``""`` the default server), or [] without one."""
+        found = self.way_out
+        return list(found.stop) if found is not None else []
 
     def way_out_json(self) -> JsonDict | None:
         """:attr:`way_out` as ``WayOut.as_json()`` (the progress stream's refusal event and

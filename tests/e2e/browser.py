@@ -96,3 +96,54 @@ async def screenshot(page: Page, path: Path) -> Path:
     await page.wait_for_timeout(700)  # let the progress bar's CSS transition finish
     await page.screenshot(path=str(path), full_page=True)
     return path
+
+
+#: the two widths the pages are checked and shown at (docs/surfaces.md): a laptop and a phone
+VIEWPORTS = {"desktop": {"width": 1280, "height": 800}, "phone": {"width": 390, "height": 844}}
+#: what a person clicks or reads as one thing: cards, buttons, menu items, links styled as buttons
+CLICKABLE = ".card, button, a.btn, [role=button], [role=menuitem], input[type=submit]"
+
+_COVERED_JS = """
+([selector, scroll, ours]) => {
+  const mine = ours ? Array.prototype.slice.call(document.querySelectorAll(ours)) : [];
+  const inOurs = (el) => !ours || mine.some((m) => m.contains(el));
+  const name = (el) => {
+    if (!el) return "nothing";
+    const label = (el.getAttribute("aria-label") || el.innerText || "").trim().slice(0, 40);
+    const cls = typeof el.className === "string" ? el.className.trim().split(/\\s+/)[0] : "";
+    return `${el.tagName.toLowerCase()}${el.id ? "#" + el.id : ""}${cls ? "." + cls : ""}` +
+      (label ? ` '${label.replace(/\\s+/g, " ")}'` : "");
+  };
+  const covered = [];
+  for (const el of document.querySelectorAll(selector)) {
+    const style = window.getComputedStyle(el);
+    if (style.visibility === "hidden" || style.display === "none") continue;
+    if (scroll) el.scrollIntoView({ block: "center", inline: "center" });
+    const r = el.getBoundingClientRect();
+    if (r.width < 1 || r.height < 1) continue;  // not rendered
+    const x = r.left + r.width / 2, y = r.top + r.height / 2;
+    if (x < 0 || y < 0 || x >= window.innerWidth || y >= window.innerHeight) {
+      if (inOurs(el)) covered.push(`${name(el)} cannot be scrolled into view`);
+      continue;
+    }
+    const hit = document.elementFromPoint(x, y);
+    if (hit !== el && !el.contains(hit) && (inOurs(el) || (hit && inOurs(hit)))) {
+      covered.push(`${name(el)} covered by ${name(hit)}`);
+    }
+  }
+  if (scroll) window.scrollTo(0, 0);
+  return covered;
+}
+"""
+
+
+async def covered(
+    page: Page, selector: str = CLICKABLE, scroll: bool = True, ours: str | None = None
+) -> list[str]:
+    """Every element of ``selector`` that is shown, scrolled to the middle of the window (unless
+    ``scroll`` is false: an open menu stays where it is), and hit-tested at its centre
+    (``document.elementFromPoint``): those whose centre answers with something else than the
+    element or one of its descendants, named with what covers them. With ``ours`` (a selector
+    of what nebari-colocate adds to another's page), only what covers or is covered by it: the
+    page's own overlaps are its own."""
+    return await page.evaluate(_COVERED_JS, [selector, scroll, ours])

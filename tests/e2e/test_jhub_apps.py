@@ -9,7 +9,9 @@ pages: the reason of a refusal reaches the page the person lands on.
   would navigate home and lose it).
 - Home "Start" on an existing app, refused: jhub-apps says "App started successfully"; the home
   page nebari-colocate installs follows the start through the progress stream and shows the
-  reason; reloaded, it still does; opening the app's URL shows it too.
+  reason; reloaded, it still does; opening the app's URL shows it too. jhub-apps' card of the
+  app says "Ready" (stopped), not "Pending", once the refusal ends; the reason goes from the page
+  once the server that held the home has stopped.
 
 JupyterHub 5 only: jhub-apps does not work on JupyterHub 6 (its spawn requests carry
 ``display_name`` flat in the body, which JupyterHub 6 reads as the new request schema and drops
@@ -29,7 +31,14 @@ from tests.support.waiting import wait_until
 
 from .browser import screenshot
 from .conftest import JUPYTERHUB_MAJOR
-from .japps import app_options, create_app, open_jhub_apps, start_app_from_home, wait_for_card
+from .japps import (
+    app_options,
+    card,
+    create_app,
+    open_jhub_apps,
+    start_app_from_home,
+    wait_for_card,
+)
 from .test_refusals_in_browser import CPU_PROFILE, GPU_PROFILE, cpu_and_gpu_nodes
 from .test_success_path import user_pods
 
@@ -148,13 +157,21 @@ async def test_start_on_the_home_page_refused_shows_the_reason(
     assert "Your server 'GPU Dashboard' cannot start" in text, text
     assert await refusal.locator("ul.colocate-holders > li").all_inner_texts() == ["'JupyterLab'"]
 
+    # jhub-apps read the app's state once, right after its start's 202, while the refusal was
+    # held pending ("Pending"); told to read again when the spawn ended, its card says what the
+    # hub says now: stopped ("Ready", jhub-apps' word for an app one can start).
+    badge = card(page, "GPU Dashboard").first
+    await expect(badge).to_contain_text("Ready", timeout=VERDICT_MS)
+    await expect(badge).not_to_contain_text("Pending")
+    status, model = await hub.api("GET", "/users/alice?include_stopped_servers=1")
+    assert status == 200, model
+    server = model["servers"]["gpu-dashboard"]
+    assert (server["pending"], server["ready"], server["stopped"]) == (None, False, True), server
+
     # Reloaded (or opened later), the home page still says why the last start failed.
     await page.reload()
     await expect(refusal).to_be_visible(timeout=VERDICT_MS)
     await screenshot(page, shot(artifacts, "home-start-refused-reload"))
-    # Dismissed, it is gone from this page.
-    await refusal.locator(".colocate-dismiss").click()
-    await expect(refusal).to_have_count(0)
 
     # The app's URL on the hub (where /user/alice/gpu-dashboard/ leads while no route exists for
     # it; here the lab's route /user/alice/ would catch it) leads to the failed page.
@@ -164,6 +181,16 @@ async def test_start_on_the_home_page_refused_shows_the_reason(
     await screenshot(page, shot(artifacts, "home-start-refused-app-url"))
     assert "Your server 'GPU Dashboard' cannot start" in await failed.inner_text()
 
-    assert set(await user_pods(kube, "alice")) == {""}
+    # The notice stays until the refusal no longer holds: the lab that held the home stopped
+    # (elsewhere, not on this page), it goes from the open page, and from the page reloaded.
+    await page.goto(f"{hub.url}/hub/home")
+    await expect(refusal).to_be_visible(timeout=VERDICT_MS)
+    await hub.stop_server("alice", "")
+    await expect(refusal).to_have_count(0, timeout=VERDICT_MS)
+    await page.reload()
+    await wait_for_card(page, "GPU Dashboard")
+    await expect(page.locator("#colocate-refusals .colocate-refusal")).to_have_count(0)
+
+    assert set(await user_pods(kube, "alice")) == set()
     assert hub.hub.alive()
     assert page.dialogs == [] and blocked_besides_fonts(page) == []
