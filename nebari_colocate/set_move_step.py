@@ -3,7 +3,7 @@ the server they kept from starting, together to a node with room for all of them
 
 ``POST {hub}/colocate/move-set/<user>/<server>`` with form fields ``restart`` (each server the
 refusal's move restarts, ``""`` for the default server), ``node`` (the node chosen for the set,
-``""`` for a node an autoscaler adds) and ``_xsrf``.  :func:`nebari_colocate.handlers.install`
+``""`` for a node an autoscaler adds) and ``_xsrf``.  :func:`nebari_colocate.helm.install_way_out`
 adds it beside the way out's and the move's.  See ``docs/decisions.md``, "The move of the whole
 set".
 

@@ -86,8 +86,7 @@ for name, value in (s.get("spawner") or {}).items():
 if s.get("way_out_handler"):
     # what nebari_colocate.helm.configure(c) installs: the way out's hub handler and the
     # templates of JupyterHub's pages (its button)
-    from nebari_colocate.handlers import install as install_way_out
-    from nebari_colocate.helm import install_templates
+    from nebari_colocate.helm import install_templates, install_way_out
 
     install_way_out(c)
     install_templates(c)
