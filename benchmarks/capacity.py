@@ -15,13 +15,13 @@ node pools are seldom smaller, and on 2-CPU machines every lab gets a node of it
   required pod affinity on it in ``extra_pod_config``);
 - **ours**: ColocatingKubeSpawner, defaults (a server that does not fit its user's node is
   refused at once, with a way out that stops servers);
-- **move**: ours, and the user takes the move of the whole set: the node is chosen by the move's
-  pure chooser (``nebari_colocate.setmove.choose_target`` on every node and pod of the cluster;
-  none holds the set: a node Karpenter adds); the set is stopped, the home's release waited for
-  (the real attach/detach controller), and the set started again with the new server, pinned to
-  that node by ``kubernetes.io/hostname`` (onto a new node: all created at once, unpinned, so
-  Karpenter provisions one node for the set).  *Modelled here with the spawners' own stop and
-  start*: the hub's move handler (issue 34 item 1) runs the same steps behind its button;
+- **move**: ours, and the user takes the move of the whole set the refusal offers, at once: the
+  hub's own steps (``nebari_colocate.set_move_step.move_whole_set``, what the move's button
+  runs after its scope checks) with the spawners' stop and start in place of JupyterHub's: the
+  target chosen by ``setmove.choose_target`` on the live view, the set stopped, the home's
+  release waited for (the real attach/detach controller), the set and the new server started on
+  the target, or, where no node has room, on the node Karpenter adds for one pod holding the
+  room of the whole set (``setmove.room_holder``);
 - **headroom**: ours with ``colocation_headroom`` on, ``colocation_headroom_footprint``
   :data:`FOOTPRINT` (no user has history: each arrives once);
 - **both**: headroom and move.
@@ -46,7 +46,7 @@ until the pools are empty again (or ``--tail`` seconds after the last session), 
 hours.  **Wait-to-running**: real seconds from a server's request to its running (a moved set:
 to the new server running), over the servers that ran.
 
-    python -m benchmarks.capacity [--users 100] [--seed 1] [--hour-seconds 75]
+    python -m benchmarks.capacity [--users 100] [--seed 1] [--hour-seconds 120]
 
 Last line: ``capacity: users=N dead-ends stock=… ours=… move=… headroom=… both=…; node-hours
 stock=… ours=… move=… headroom=… both=…; p99 wait-to-running stock=…s ours=…s move=…s
@@ -68,8 +68,7 @@ from typing import Any
 from benchmarks import _cluster
 from nebari_colocate import quantity
 from tests.support.autoscaler import DO_NOT_DISRUPT, NODEPOOL_LABEL, Autoscaler, nodepool
-from tests.support.builders import pod as pod_dict
-from tests.support.helpers import create_bound_claim, list_volume_attachments
+from tests.support.helpers import create_bound_claim
 from tests.support.z2jh import USER_SCHEDULER, USER_SCHEDULER_PROFILE
 
 VARIANTS = ("stock", "ours", "move", "headroom", "both")
@@ -85,6 +84,9 @@ APP_COUNT = ((0, 0.25), (1, 0.35), (2, 0.25), (3, 0.15))
 APP_CPU = ((0.25, 0.4), (0.5, 0.4), (1.0, 0.2))
 APP_AFTER_HOURS = (0.25, 2.5)
 SESSION_HOURS = (3.0, 5.0)
+#: the fail fast's verdict on a pod pinned to its user's node that the scheduler cannot place
+#: there (the node filled between the check and the pod's creation): a refusal, told late
+LATE_REFUSAL = "unschedulable-pinned"
 #: data-science-pack's hand-written co-location, as its 01-spawner.py writes it
 DSP_LABEL = "nebari.dev/colocate-user"
 DSP_AFFINITY = {
@@ -176,6 +178,8 @@ class Record:
     unfinished: int = 0
     #: neither started nor refused: an error or a timeout (a slow cluster), not a dead end
     failed: int = 0
+    #: the check's refusals by their reason codes
+    reasons: dict[str, int] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)
     waits: list[float] = field(default_factory=list)
     node_hours: float = 0.0
@@ -209,6 +213,8 @@ def traits(variant: str, server: Server, start_timeout: float) -> dict[str, Any]
         "node_selector": {NODEPOOL_LABEL: variant},
         "extra_annotations": {DO_NOT_DISRUPT: "true"},
         "start_timeout": start_timeout,
+        # z2jh's 30 s is too short for an API server on a shared 2-core machine in a burst
+        "k8s_api_request_retry_timeout": 60,
     }
     if variant == "stock":
         return {
@@ -221,6 +227,12 @@ def traits(variant: str, server: Server, start_timeout: float) -> dict[str, Any]
     return common
 
 
+def username(variant: str, user: User) -> str:
+    """The user's name in one variant: each variant's users are others (a hub's per-user lock,
+    held through a move, must not hold the same user of another variant)."""
+    return f"{variant}-{user.name}"
+
+
 def make_spawner(variant: str, user: User, server: Server, start_timeout: float) -> Any:
     from kubespawner import KubeSpawner
 
@@ -228,7 +240,11 @@ def make_spawner(variant: str, user: User, server: Server, start_timeout: float)
 
     cls = KubeSpawner if variant == "stock" else ColocatingKubeSpawner
     spawner = _cluster.make_spawner(
-        cls, f"cap-{variant}", user.name, server.name, **traits(variant, server, start_timeout)
+        cls,
+        f"cap-{variant}",
+        username(variant, user),
+        server.name,
+        **traits(variant, server, start_timeout),
     )
     spawner.log.setLevel(logging.CRITICAL)
     return spawner
@@ -305,92 +321,70 @@ class Session:
             await spawner.start()
         except ColocationRefused as refused:
             verdict = getattr(refused, "event_verdict", None)
-            if verdict is not None:  # ended on the pod's events (a slow cluster), not refused
-                code = getattr(verdict, "code", None) or getattr(verdict, "reason", "")
+            code = getattr(verdict, "code", None) if verdict is not None else None
+            if verdict is not None and code != LATE_REFUSAL:
+                # ended on the pod's events for another cause (a slow cluster): no dead end
                 self.record.errors.append(f"{self.user.name}/{server.name}: ended on {code}")
                 return None
             self.record.refused += 1
+            decision = getattr(refused, "decision", None)
+            why = code or ",".join(getattr(decision, "reasons", None) or ["?"])
+            self.record.reasons[why] = self.record.reasons.get(why, 0) + 1
             if self.variant in MOVES and self.running:
-                return await self.move(spawner, server, refused.decision)
+                return await self.move(spawner, server)
             return False
-        except Exception as exc:
+        except Exception as exc:  # an error or a timeout: no dead end
             self.record.errors.append(
                 f"{self.user.name}/{server.name}: {type(exc).__name__}: {exc}"
             )
-            return False
+            return None
         self.running.add(server.name)
         return True
 
-    async def move(self, spawner: Any, server: Server, decision: Any) -> bool:
-        """The whole set to the node the chooser picks (or to a node Karpenter adds), then the
-        new server with it."""
-        way_out = getattr(decision, "way_out", None) if decision is not None else None
-        if way_out is None or way_out.move is None:
+    async def move(self, spawner: Any, server: Server) -> bool:
+        """The move of the whole set the refusal offers, taken at once: the hub's own steps
+        (``nebari_colocate.set_move_step.move_whole_set``, what ``POST /hub/colocate/move/...``
+        runs after its scope checks), with the spawners' stop and start in place of JupyterHub's.
+        """
+        from nebari_colocate.set_move_step import move_whole_set
+
+        failure = getattr(spawner, "colocation_failure", None)
+        offer = (failure.way_out_json() or {}).get("move") if failure is not None else None
+        if not offer:
             return False
-        restart = [self.spawners[name] for name in sorted(self.running)]
-        set_pods = [self.pod_of(s) for s in self.user.servers if s.name in self.running]
-        pinned = getattr(decision, "node", None)
-        target = await self.run.choose_target(
-            [*set_pods, self.pod_of(server)], self.variant, pinned
-        )
-        await asyncio.gather(*(s.stop(now=True) for s in restart), return_exceptions=True)
-        self.running.clear()
-        await self.run.released(self.variant, self.user.name)
-        selector: dict[str, str] = {NODEPOOL_LABEL: self.variant}
-        off: list[dict] = []
-        if target is not None:
-            selector["kubernetes.io/hostname"] = target[1]
-        else:  # kept off every node there is (none holds the set): Karpenter adds one
-            hostnames = await self.run.hostnames(self.variant)
-            expression = {"key": "kubernetes.io/hostname", "operator": "NotIn", "values": hostnames}
-            off = [{"matchExpressions": [expression]}] if hostnames else []
-        moved = [*restart, spawner]
-        for s in moved:
-            s.node_selector = dict(selector)
-            s.node_affinity_required = list(off)
+        restart = tuple(offer["restart"])
+
+        async def stop_server(name: str) -> None:
+            await self.spawners[name].stop(now=True)
+            self.running.discard(name)
+
+        async def start_server(name: str, options: dict) -> None:
+            await self.spawners[name].start()
+            self.running.add(name)
+
         try:
-            if target is not None:
-                outcomes = [await _ran(s, self.record) for s in moved]
-            else:  # created together: Karpenter provisions one node for the set
-                outcomes = list(await asyncio.gather(*(_ran(s, self.record) for s in moved)))
-        finally:
-            for s in moved:
-                s.node_selector = {NODEPOOL_LABEL: self.variant}
-                s.node_affinity_required = []
-        for s, ran in zip(moved, outcomes, strict=True):
-            if ran:
-                self.running.add(s.name)
-        lost = sum(1 for s, ran in zip(restart, outcomes, strict=False) if not ran)
-        self.record.dead_ends += lost  # a server of the set that did not come back
-        if not outcomes[-1] or lost:
+            await move_whole_set(
+                spawner,
+                restart,
+                offer.get("node") or "",
+                spawner_of=self.spawners.__getitem__,
+                is_running=lambda name: name in self.running,
+                stop_server=stop_server,
+                start_server=start_server,
+                words={"start": server.name, "restart": restart},
+            )
+        except Exception as exc:
             self.record.moves_failed += 1
-        elif target is not None:
+            outcome = getattr(exc, "outcome", type(exc).__name__)
+            self.record.errors.append(f"move: {self.user.name}/{server.name}: {outcome}")
+            # a server of the set that did not come back is lost too
+            self.record.dead_ends += sum(1 for name in restart if name not in self.running)
+            return server.name in self.running
+        if offer.get("node"):
             self.record.moves_existing += 1
         else:
             self.record.moves_new += 1
-        return outcomes[-1]
-
-    def pod_of(self, server: Server) -> dict:
-        """The server's pod as the chooser reads it (requests, node selection, owner)."""
-        requests = {"cpu": f"{server.cpu:g}", "memory": f"{server.cpu * MEMORY_PER_CPU:g}Gi"}
-        return pod_dict(
-            f"jupyter-{self.user.name}-{server.name}",
-            namespace=f"cap-{self.variant}",
-            requests=requests,
-            node_selector={NODEPOOL_LABEL: self.variant},
-            user=self.user.name,
-            server=server.name,
-        )
-
-
-async def _ran(spawner: Any, record: Record) -> bool:
-    try:
-        await spawner.start()
-    except Exception as exc:
-        where = f"{spawner.user.name}/{spawner.name}"
-        record.errors.append(f"move: {where}: {type(exc).__name__}: {str(exc)[:300]}")
-        return False
-    return True
+        return True
 
 
 # --------------------------------------------------------------------------------------------------
@@ -404,7 +398,6 @@ class Run:
         self.records = {v: Record(v) for v in args.variants}
         self.clock = Clock(args.hour_seconds)
         self.api: Any = None
-        self.volumes: dict[tuple[str, str], str] = {}
         #: stock pods Karpenter said it adds no node for (their hard pod affinity)
         self.gave_up: set[str] = set()
 
@@ -416,12 +409,13 @@ class Run:
 
         async def claim(variant: str, user: str) -> None:
             async with limit:
-                pvc, _ = await create_bound_claim(self.api, f"cap-{variant}", f"claim-{user}")
-                self.volumes[(variant, user)] = pvc["spec"]["volumeName"]
+                await create_bound_claim(self.api, f"cap-{variant}", f"claim-{user}")
 
         for variant in self.args.variants:
             await core.create_namespace({"metadata": {"name": f"cap-{variant}"}})
-        await asyncio.gather(*(claim(v, u.name) for v in self.args.variants for u in self.users))
+        await asyncio.gather(
+            *(claim(v, username(v, u)) for v in self.args.variants for u in self.users)
+        )
 
     async def karpenter_gives_up(self, spawner: Any) -> None:
         """Return once Karpenter has said it adds no node for this stock pod (its hard pod
@@ -448,51 +442,6 @@ class Run:
                         self.gave_up.add(event.involved_object.name)
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(stop.wait(), 2.0)
-
-    async def choose_target(
-        self, pods: list[dict], variant: str, pinned: str | None
-    ) -> tuple[str, str] | None:
-        """(name, hostname label) of the node the move's chooser picks for the set, from every
-        node of the pool and every pod of the cluster, the node the set is pinned to now left
-        out; None: none holds it (Karpenter adds one)."""
-        from kubernetes_asyncio import client
-
-        from nebari_colocate.setmove import choose_target
-        from nebari_colocate.state import ClusterState
-
-        core = client.CoreV1Api(self.api)
-        nodes = (await core.list_node(label_selector=f"{NODEPOOL_LABEL}={variant}")).items
-        listed = (await core.list_pod_for_all_namespaces()).items
-        objects = [dict(self.api.sanitize_for_serialization(n), kind="Node") for n in nodes]
-        objects += [dict(self.api.sanitize_for_serialization(p), kind="Pod") for p in listed]
-        state = ClusterState.from_objects(objects, namespace=f"cap-{variant}")
-        target = choose_target(pods, state, avoid=(pinned,) if pinned else ())
-        if target is None:
-            return None
-        labels = state.nodes[target]["metadata"].get("labels") or {}
-        return target, labels.get("kubernetes.io/hostname", target)
-
-    async def hostnames(self, variant: str) -> list[str]:
-        """The ``kubernetes.io/hostname`` labels of the pool's nodes now."""
-        from kubernetes_asyncio import client
-
-        nodes = await client.CoreV1Api(self.api).list_node(
-            label_selector=f"{NODEPOOL_LABEL}={variant}"
-        )
-        return sorted(
-            (n.metadata.labels or {}).get("kubernetes.io/hostname", n.metadata.name)
-            for n in nodes.items
-        )
-
-    async def released(self, variant: str, user: str, timeout: float = 60) -> None:
-        """Until no VolumeAttachment of the user's home is attached (the detach after a stop)."""
-        volume = self.volumes[(variant, user)]
-        deadline = time.perf_counter() + timeout
-        while time.perf_counter() < deadline:
-            found = await list_volume_attachments(self.api, volume)
-            if not [a for a in found if (a.get("status") or {}).get("attached")]:
-                return
-            await asyncio.sleep(0.5)
 
     async def sample(self, stop: asyncio.Event) -> None:
         """Node-hours and core-hours per pool, every second, in simulated hours."""
@@ -607,6 +556,10 @@ def summary(run: Run) -> list[str]:
             f"peak-nodes={r.peak_nodes} wait p50={percentile(r.waits, 0.5):.1f}s "
             f"p99={percentile(r.waits, 0.99):.1f}s"
         )
+        if r.reasons:
+            lines.append(
+                "    refused for: " + ", ".join(f"{k} {v}" for k, v in sorted(r.reasons.items()))
+            )
         lines += [f"    error: {e}" for e in r.errors[:5]]
     records = run.records.values()
     lines.append(
@@ -646,12 +599,14 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--arrive-hours", type=float, default=4.0)
     parser.add_argument(
-        "--hour-seconds", type=float, default=75.0, help="real seconds per simulated hour"
+        "--hour-seconds", type=float, default=120.0, help="real seconds per simulated hour"
     )
     parser.add_argument(
-        "--start-timeout", type=float, default=120.0, help="ours: start_timeout (s)"
+        "--start-timeout", type=float, default=300.0, help="ours: start_timeout (s)"
     )
-    parser.add_argument("--stock-window", type=float, default=60.0, help="stock: start_timeout (s)")
+    parser.add_argument(
+        "--stock-window", type=float, default=300.0, help="stock: start_timeout (s)"
+    )
     parser.add_argument(
         "--min-node-cpu", type=int, default=4, help="the smallest machine the pools may launch"
     )
