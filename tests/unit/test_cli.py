@@ -1062,3 +1062,20 @@ def test_a_pod_overhead_that_conflicts_with_its_runtime_class_exits_2(tmp_path, 
 )
 def test_a_command_that_cannot_connect_says_why_in_one_line(problem, cause, expect):
     assert messages.connect_failed(problem, "/k", cause) == expect
+
+
+def test_simulate_json_offers_the_move_of_the_whole_set_beside_the_way_out(capsys):
+    """Failure mode 3 with an empty node that holds alice's whole set: ``way_out.move``
+    (docs/cli.md; added, nothing renamed)."""
+    status, out, _ = run([*scenario_args("capacity-cap-move"), "--json"], capsys)
+    assert status == 0
+    result = json.loads(out)
+    assert result["way_out"] == {
+        "stop": [""],
+        "start": "big-app",
+        "move": {"restart": [""], "start": "big-app", "node": "cpu-2", "new_node": False},
+    }
+    assert result["message"].endswith(
+        "Or: Restart your default server together on a machine with room for both, then start "
+        "'big-app' (running kernels restart)."
+    )
