@@ -415,6 +415,8 @@ JUPYTERHUB_DEFAULTS: dict[str, Callable[[Config], Any]] = {
     "load_roles": lambda hub: [],
     "tornado_settings": lambda hub: {},
     "spawner_class": lambda hub: None,
+    "custom_scopes": lambda hub: {},
+    "jinja_environment_options": lambda hub: {},
 }
 
 

@@ -29,6 +29,9 @@ turns the deployment over without a fork of its config files
   jhub-apps replaces);
 - the way out's handler (``POST {hub}/colocate/way-out/<user>/<server>``,
   :mod:`nebari_colocate.handlers`) is added to ``c.JupyterHub.extra_handlers``;
+- the operator's page (``GET {hub}/colocate/status``, :mod:`nebari_colocate.status_page`) is
+  added there too, its scope ``custom:colocate:read`` to ``c.JupyterHub.custom_scopes`` and its
+  navbar link (a Jinja extension) to ``c.JupyterHub.jinja_environment_options``;
 - the settings are validated: a bad value stops the hub at start with a message naming it.
 
 Calling it again changes nothing more.
@@ -181,12 +184,15 @@ def configure(
 
 def install_way_out(c: Config) -> None:
     """The way out's hub handlers (the way out, the move off a premium node, the move of the
-    whole set) in ``c.JupyterHub.extra_handlers`` (imported here: JupyterHub's handlers are
-    needed only in a hub)."""
+    whole set) in ``c.JupyterHub.extra_handlers``, and the operator's page with its scope and
+    navbar link (:mod:`nebari_colocate.status_page`); imported here: JupyterHub's handlers are
+    needed only in a hub."""
     from .handlers import install
     from .set_move_step import SET_MOVE_PATH, SetMoveHandler
+    from .status_page import install as install_status_page
 
     install(c, more=((SET_MOVE_PATH, SetMoveHandler),))
+    install_status_page(c)
 
 
 def _configured(c: Config, trait: str, default: Any) -> Any:

@@ -126,6 +126,15 @@ class History:
         """When the last premium pod left ``node``, if this process saw it."""
         return self.premium_ended.get(node)
 
+    def snapshot(self) -> History:
+        """A copy to read away from the event loop (the rings keep changing on it)."""
+        return History(
+            refusals=deque(self.refusals, maxlen=self.refusals.maxlen),
+            ways_out=deque(self.ways_out, maxlen=self.ways_out.maxlen),
+            premium_ended=OrderedDict(self.premium_ended),
+            started=self.started,
+        )
+
     def clear(self) -> None:
         self.refusals.clear()
         self.ways_out.clear()

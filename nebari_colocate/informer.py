@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import gc
 import logging
 import random
@@ -29,8 +30,19 @@ from typing import Any, ClassVar
 from . import metrics
 from .admission import AdmissionModels
 from .config import DEFAULT_WATCH_STALE_SECONDS, FRESH_SECONDS
+from .fit import pod_requests
+from .history import premium_pod_ended
 from .kubeapi import YIELD_EVERY, ApiCall, ApiError, Apis, forbidden, list_all, watch
-from .objects import JsonDict, Obj, attachment_pv, pod_claims, volume_identity
+from .objects import (
+    MIGRATE_COMPONENT,
+    MIGRATE_COMPONENT_LABEL,
+    JsonDict,
+    Obj,
+    attachment_pv,
+    is_terminal,
+    pod_claims,
+    volume_identity,
+)
 from .slim import Shared, slim_node, slim_pod
 
 log = logging.getLogger(__name__)
@@ -383,8 +395,27 @@ def disk_keys(pv: Obj) -> list[str]:
     return [disk_key(disk)] if disk else []
 
 
+def extended_pod_left(pod: Obj) -> None:
+    """A pod bound to a node went (deleted, or finished): when it asked for an extended resource
+    (a GPU: a domain-qualified name such as ``nvidia.com/gpu``), the servers still on that node
+    ride on it from now (:func:`nebari_colocate.history.premium_pod_ended`; the operator's page
+    says for how long)."""
+    node = (pod.get("spec") or {}).get("nodeName")
+    if not node or is_terminal(pod):
+        return
+    try:
+        requested = pod_requests(pod)
+    except ValueError:  # a quantity the API would not have taken: nothing to tell
+        return
+    if any("/" in name and units > 0 for name, units in requested.items()):
+        premium_pod_ended(str(node))
+
+
 # --------------------------------------------------------------------------------------------------
 # the watches of a hub
+
+#: the label selector of ``nebari-colocate migrate``'s Leases
+MIGRATION_LEASES = f"{MIGRATE_COMPONENT_LABEL}={MIGRATE_COMPONENT}"
 
 
 class NamespaceWatches:
@@ -415,6 +446,16 @@ class NamespaceWatches:
             (namespace,),
             transform=lambda obj: dict(obj, kind="PersistentVolumeClaim"),
         )
+        #: the Leases of ``nebari-colocate migrate`` here, watched only where RBAC forbids the
+        #: cluster-wide watch of them (optional, for the operator's page only)
+        self.own_leases = Collection(
+            f"migration leases ({namespace})",
+            functools.partial(
+                hub.coordination.list_namespaced_lease, label_selector=MIGRATION_LEASES
+            ),
+            (namespace,),
+            transform=lambda obj: dict(obj, kind="Lease"),
+        )
         self.started = False
 
     def start(self) -> None:
@@ -427,11 +468,13 @@ class NamespaceWatches:
             self.own_pods.start()
         if self.hub.all_pvcs.forbidden:
             self.own_pvcs.start()
+        if self.hub.all_leases.forbidden:
+            self.own_leases.start()
 
     async def stop(self) -> None:
         if self.hub.namespaces.get(self.namespace) is self:
             del self.hub.namespaces[self.namespace]
-        for collection in (self.own_pods, self.own_pvcs):
+        for collection in (self.own_pods, self.own_pvcs, self.own_leases):
             await collection.stop()
 
     @property
@@ -443,6 +486,11 @@ class NamespaceWatches:
     def pvcs(self) -> Collection:
         """The claim collection in use."""
         return self.own_pvcs if self.hub.all_pvcs.forbidden else self.hub.all_pvcs
+
+    @property
+    def leases(self) -> Collection:
+        """The migration Lease collection in use (``nebari-colocate migrate``'s)."""
+        return self.own_leases if self.hub.all_leases.forbidden else self.hub.all_leases
 
     def problems(self) -> list[str]:
         """Why the watches are not live now (empty when they are).  A watch quiet for longer
@@ -531,6 +579,7 @@ class HubWatches:
         core = apis.core
         self.core = core
         self.storage = apis.storage
+        self.coordination = apis.coordination
         #: the namespaces the hub's checks read
         self.namespaces: dict[str, NamespaceWatches] = {}
         self.by_claim = Index(claim_keys)
@@ -586,6 +635,16 @@ class HubWatches:
             apis.policy.list_pod_disruption_budget_for_all_namespaces,
             transform=with_kind("PodDisruptionBudget"),
         )
+        #: ``nebari-colocate migrate``'s Leases (who moves a home now): optional, for the
+        #: operator's page only, a few objects whatever the cluster's other Leases
+        self.all_leases = Collection(
+            "migration leases (all namespaces)",
+            functools.partial(
+                apis.coordination.list_lease_for_all_namespaces, label_selector=MIGRATION_LEASES
+            ),
+            transform=with_kind("Lease"),
+            on_forbidden=self._namespace_leases_only,
+        )
         #: whether a field-selector LIST of pods of all namespaces is allowed (None: unknown)
         self.node_pods_listable: bool | None = None
 
@@ -603,6 +662,8 @@ class HubWatches:
         self.by_claim.change(old, new)
         self.by_node.change(old, new)
         self.by_nominated.change(old, new)
+        if old is not None and (new is None or is_terminal(new)):
+            extended_pod_left(old)
         for listener in self.pod_listeners.values():
             listener(old, new)
 
@@ -616,6 +677,7 @@ class HubWatches:
             self.attachments,
             self.priority_classes,
             self.pdbs,
+            self.all_leases,
         ]
 
     def usable_in(self, loop: asyncio.AbstractEventLoop) -> bool:
@@ -633,7 +695,7 @@ class HubWatches:
         for collection in self.collections():
             collection.stale_after = seconds
         for watches in self.namespaces.values():
-            for collection in (watches.own_pods, watches.own_pvcs):
+            for collection in (watches.own_pods, watches.own_pvcs, watches.own_leases):
                 collection.stale_after = seconds
 
     def _namespace_pods_only(self) -> None:
@@ -646,6 +708,11 @@ class HubWatches:
         if not self.closed:
             for watches in self.namespaces.values():
                 watches.own_pvcs.start()
+
+    def _namespace_leases_only(self) -> None:
+        if not self.closed:
+            for watches in self.namespaces.values():
+                watches.own_leases.start()
 
     async def stop(self) -> None:
         self.closed = True

@@ -46,6 +46,15 @@ MOVING = "moving"
 #: on a marked claim whose move gave up part-way (the claim was being swapped): an administrator
 #: must finish the move or roll it back; the value says when it stopped (ISO 8601, UTC)
 MIGRATION_STALLED_ANNOTATION = "nebari.dev/migration-stalled"
+#: what a move records where the hub's watches see it (``nebari_colocate.migrate.codes`` names
+#: them too): on the old volume, its claim ("<namespace>/<claim>") and step; on the move's
+#: Lease, its label, the claim it moves and the host of the run holding it
+MIGRATE_CLAIM_KEY = "nebari.dev/migrate-claim"
+MIGRATE_STEP_KEY = "nebari.dev/migrate-step"
+MIGRATION_OF_KEY = "nebari.dev/migration-of"
+MIGRATE_HOST_KEY = "nebari.dev/migrate-host"
+MIGRATE_COMPONENT_LABEL = "app.kubernetes.io/component"
+MIGRATE_COMPONENT = "nebari-colocate-migrate"
 
 #: the extended resources of the GPU device plugins (NVIDIA, AMD)
 GPU_RESOURCES = ("nvidia.com/gpu", "amd.com/gpu")

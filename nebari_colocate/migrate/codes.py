@@ -6,9 +6,18 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..objects import (
+    MIGRATE_CLAIM_KEY,
+    MIGRATE_COMPONENT,
+    MIGRATE_COMPONENT_LABEL,
+    MIGRATE_HOST_KEY,
+    MIGRATE_STEP_KEY,
+    MIGRATION_OF_KEY,
+)
+
 # Written on the old PersistentVolume: it outlives the claims, so the move's state lives there.
-CLAIM_KEY = "nebari.dev/migrate-claim"  # "<namespace>/<claim>"
-STEP_KEY = "nebari.dev/migrate-step"
+CLAIM_KEY = MIGRATE_CLAIM_KEY  # "<namespace>/<claim>"
+STEP_KEY = MIGRATE_STEP_KEY
 POLICY_KEY = "nebari.dev/migrate-reclaim-policy"  # the policy before the move (on both PVs)
 TARGET_KEY = "nebari.dev/migrate-target-pv"
 RESULT_KEY = "nebari.dev/migrate-result"  # the copy's JSON summary
@@ -16,10 +25,10 @@ PROBLEM_KEY = "nebari.dev/migrate-problem"
 CLASS_KEY = "nebari.dev/migrate-storage-class"
 META_KEY = "nebari.dev/migrate-claim-metadata"  # the home claim's labels and annotations (JSON)
 # On the temporary claim, the copy pod and the final claim.
-OF_KEY = "nebari.dev/migration-of"  # the home claim a temporary object belongs to
+OF_KEY = MIGRATION_OF_KEY  # the home claim a temporary object belongs to
 FROM_KEY = "nebari.dev/migrated-from-pv"  # on the final claim: the old volume
-COMPONENT_LABEL = "app.kubernetes.io/component"
-COMPONENT = "nebari-colocate-migrate"
+COMPONENT_LABEL = MIGRATE_COMPONENT_LABEL
+COMPONENT = MIGRATE_COMPONENT
 
 MOVE_KEYS = (
     CLAIM_KEY,
@@ -84,7 +93,7 @@ SWAP_PHASE = (COPIED, SWAPPING)
 LEASE_SECONDS = 60
 #: on the lease, for a person who reads it: the holder's host name and process id (no identity:
 #: a container may carry its host's name)
-HOST_KEY = "nebari.dev/migrate-host"
+HOST_KEY = MIGRATE_HOST_KEY
 PID_KEY = "nebari.dev/migrate-pid"
 
 #: CSI drivers and in-tree plugins that offer no ReadWriteMany filesystem volumes

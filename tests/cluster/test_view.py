@@ -504,7 +504,8 @@ async def test_servers_in_many_namespaces_share_one_set_of_cluster_wide_watches(
         hub = views[0].hub
         assert all(v.hub is hub for v in views)
         watching = [c.name for c in hub.collections() if c._task and not c._task.done()]
-        assert len(watching) == 7, watching  # and priorityclasses, poddisruptionbudgets
+        # and priorityclasses, poddisruptionbudgets, the migration leases
+        assert len(watching) == 8, watching
         per_namespace = [
             c.name for v in views for c in (v.watches.own_pods, v.watches.own_pvcs) if c._task
         ]

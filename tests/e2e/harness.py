@@ -128,7 +128,9 @@ class Hub:
     ``consecutive_failure_limit`` (default 0), ``pre_spawn_delay`` (seconds, default 0),
     ``start_timeout``, ``http_timeout``, ``way_out_handler`` (install the way out's handler and
     the templates of JupyterHub's pages, as ``configure(c)`` does), ``z2jh_pod_priority`` (the
-    user pods' priority class, as zero-to-jupyterhub sets it with ``scheduling.podPriority``).
+    user pods' priority class, as zero-to-jupyterhub sets it with ``scheduling.podPriority``),
+    ``admin_users`` (JupyterHub admins), ``roles`` (more ``load_roles``, e.g. a role granting
+    ``custom:colocate:read``).
     """
 
     def __init__(self, workdir: Path, *, kubeconfig: str, namespace: str, **settings):

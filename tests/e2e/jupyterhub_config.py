@@ -43,6 +43,10 @@ c.JupyterHub.load_roles = [
         "services": ["e2e-tests"],
     }
 ]
+# the operator's page's readers: admins, and roles granting custom:colocate:read
+if s.get("admin_users"):
+    c.Authenticator.admin_users = set(s["admin_users"])
+c.JupyterHub.load_roles = c.JupyterHub.load_roles + list(s.get("roles") or [])
 c.JupyterHub.allow_named_servers = True
 c.JupyterHub.named_server_limit_per_user = 0
 
@@ -86,6 +90,7 @@ for name, value in (s.get("spawner") or {}).items():
 if s.get("way_out_handler"):
     # what nebari_colocate.helm.configure(c) installs: the way out's hub handler and the
     # templates of JupyterHub's pages (its button)
+    # (install_way_out: the way out's and the moves' handlers and the operator's page)
     from nebari_colocate.helm import install_templates, install_way_out
 
     install_way_out(c)

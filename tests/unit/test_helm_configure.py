@@ -369,6 +369,7 @@ def test_configure_validates_lazy_settings_as_the_spawner_would_read_them(
 def test_configure_installs_the_way_out_handler_once_beside_other_handlers(tmp_path):
     from nebari_colocate.handlers import MoveHandler, WayOutHandler
     from nebari_colocate.set_move_step import SetMoveHandler
+    from nebari_colocate.status_page import StatusHandler
 
     class Other:
         pass
@@ -378,6 +379,12 @@ def test_configure_installs_the_way_out_handler_once_beside_other_handlers(tmp_p
     configure(c, get_config=get_config)
     configure(c, get_config=get_config)
     handlers = c.JupyterHub.extra_handlers
-    assert [h[1] for h in handlers] == [Other, WayOutHandler, MoveHandler, SetMoveHandler]
+    assert [h[1] for h in handlers] == [
+        Other,
+        WayOutHandler,
+        MoveHandler,
+        SetMoveHandler,
+        StatusHandler,
+    ]
     # JupyterHub puts extra handlers under the hub's prefix (tests/e2e/test_way_out.py)
     assert handlers[1][0] == r"/colocate/way-out/([^/]+)/?([^/]*)"

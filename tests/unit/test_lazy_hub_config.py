@@ -28,6 +28,7 @@ from nebari_colocate.config import DEFAULT_PREMIUM_RESOURCES, jupyterhub_value
 from nebari_colocate.handlers import MoveHandler, WayOutHandler
 from nebari_colocate.helm import HUB_TEMPLATES, _configured, configure
 from nebari_colocate.set_move_step import SetMoveHandler
+from nebari_colocate.status_page import NAV_LINK, SCOPE, StatusHandler
 
 from .test_spawner_config import offline_kubeconfig  # noqa: F401  (autouse fixture)
 
@@ -44,6 +45,11 @@ LIST_KEYS: dict[str, tuple[Any, Any, list[Any]]] = {
 DICT_KEYS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     "template_vars": ({"logo": "a.png", "hub_title": "Nebari"}, {"hub_title": "Mine"}),
     "tornado_settings": ({"slow_spawn_timeout": 0}, {"cookie_options": {"x": 1}}),
+    "custom_scopes": (
+        {"custom:a:read": {"description": "a"}},
+        {"custom:b:read": {"description": "b"}},
+    ),
+    "jinja_environment_options": ({"trim_blocks": True}, {"lstrip_blocks": True}),
 }
 
 #: idiom: (hub config text, expected from (A, B, default))
@@ -127,8 +133,12 @@ def test_configure_keeps_the_operators_entries_of_every_jupyterhub_key_in_every_
     hub = hub_from(c)
     value = getattr(hub, key)
     if key == "extra_handlers":
-        ours = [WayOutHandler, MoveHandler, SetMoveHandler]
-        assert value == [*expected, *((value[i - 3][0], h) for i, h in enumerate(ours))]
+        ours = [WayOutHandler, MoveHandler, SetMoveHandler, StatusHandler]
+        assert value == [*expected, *((value[i - 4][0], h) for i, h in enumerate(ours))]
+    elif key == "custom_scopes":
+        assert value == {**expected, SCOPE: value[SCOPE]}
+    elif key == "jinja_environment_options":
+        assert value == {**expected, "extensions": [NAV_LINK]}
     elif key == "template_paths":
         at = expected.index(JUPYTERHUB_TEMPLATES) if JUPYTERHUB_TEMPLATES in expected else None
         ours = [*expected]
@@ -237,6 +247,7 @@ def test_nebari_s_theme_then_configure_starts_the_real_hub_with_every_handler_an
         "WayOutHandler",
         "MoveHandler",
         "SetMoveHandler",
+        "StatusHandler",
         "Theme",
     ]
     assert hub.template_paths == [str(HUB_TEMPLATES), JUPYTERHUB_TEMPLATES, "/srv/theme"]

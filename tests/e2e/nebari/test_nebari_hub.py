@@ -130,7 +130,7 @@ async def test_nebaris_hub_starts_with_the_switch_and_places_shared_and_exclusiv
         {"hub": {"extraConfig": {"80-named-servers": "c.JupyterHub.allow_named_servers = True"}}},
     )
     values = release.values(kube.namespace, PROFILES, overrides)
-    hub = await start_hub(nebari=True, helm_values=values, start_timeout=60)
+    hub = await start_hub(nebari=True, helm_values=values, start_timeout=60, admin_users=["root"])
 
     # The hub started on Nebari's files and the switch; Nebari's theme handler (01-theme.py's
     # extra_handlers.extend) is served beside the way out's.
@@ -178,4 +178,23 @@ async def test_nebaris_hub_starts_with_the_switch_and_places_shared_and_exclusiv
     assert "colocate verdict=skip user='alice'" in log
     assert "colocate verdict=colocate user='bob'" in log and "node=user-1" in log
     assert "colocate verdict=refuse user='bob' server='gpu'" in log
+
+    # The operator's page, linked in the navbar of Nebari's hub for an admin only
+    await page.goto(f"{hub.url}/hub/token")
+    assert await page.locator("#colocate-status-link").count() == 0
+    response = await page.goto(f"{hub.url}/hub/colocate/status")
+    assert response is not None and response.status == 403
+    await page.goto(f"{hub.url}/hub/logout")
+    await log_in(page, hub, "root")
+    await page.goto(f"{hub.url}/hub/token")
+    # (01-theme.py's template_paths.extend puts Nebari's theme after JupyterHub's own templates,
+    # JupyterHub's default: its page.html is the one served, as on a stock Nebari hub)
+    link = page.locator("#colocate-status-link")
+    await expect(link).to_be_visible()
+    await link.click()
+    await page.wait_for_url(f"{hub.url}/hub/colocate/status")
+    await expect(page.locator("#colocate-pinned")).to_contain_text("workspace-bob")
+    await expect(page.locator("#colocate-pinned")).to_contain_text("user-1")
+    await expect(page.locator("#colocate-refusals")).to_contain_text("gpu")
+    await screenshot(page, artifacts / "nebari-status-page.png")
     assert hub.hub.alive()
