@@ -224,7 +224,9 @@ def whole_set_move(
 ) -> Move | None:
     """The move of ``pod`` with the user's servers ``holder_pods`` (which hold its claims on
     ``node_name``) to a node that holds them all, or to a node an autoscaler adds; None when
-    neither is possible.  The caller has checked that every holder is one of the user's own
+    neither is possible, and for a set that mixes servers that need a premium resource and
+    servers that need none (the move would keep a premium node running for those: the GPU
+    node kept alive).  The caller has checked that every holder is one of the user's own
     servers (the way out's rule)."""
     running = [p for p in holder_pods if not meta(p).get("deletionTimestamp")]
     if not running or len(running) != len(holder_pods):
@@ -232,6 +234,11 @@ def whole_set_move(
     restart = tuple(sorted({pod_server(p) for p in running}))
     start = pod_server(pod)
     if start in restart:
+        return None
+    resources = tuple(premium_resources)
+    wanting = [fit.requests_any(p, resources) for p in [*running, pod]]
+    if any(wanting) and not all(wanting):
+        # the servers that need no GPU would ride on the GPU node (failure mode 2)
         return None
     target = choose_target(
         [*running, pod],

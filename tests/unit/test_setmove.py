@@ -244,6 +244,18 @@ def test_terminating_holder_is_no_move():
         ),
         ("capacity-cap-with-no-room-anywhere-has-no-move", [*FULL_CPU1, *SET], new(), None),
         (
+            "a-gpu-lab-short-of-a-gpu-has-no-move-that-would-put-the-apps-on-a-gpu-node",
+            [node("cpu-1", labels=KARPENTER), *SET, gpu_node("gpu-2")],
+            pod(
+                "jupyter-alice--lab",
+                user="alice",
+                server="lab",
+                claims=[HOME],
+                requests={"cpu": "1", "nvidia.com/gpu": "1"},
+            ),
+            None,
+        ),
+        (
             "a-gpu-lab-blocked-by-a-selector-has-no-move",
             [node("cpu-1"), *SET, gpu_node("gpu-2")],
             pod(
