@@ -716,7 +716,10 @@ class ColocatingKubeSpawner(HeadroomSpawner, KubeSpawner):  # type: ignore[misc]
     def premium_rides(self) -> tuple[PremiumRide, ...]:
         """This user's servers that keep a premium node running with none of the user's
         servers there needing it (:func:`nebari_colocate.wayout.premium_rides`), from the live
-        view; empty while it is not live or the Nodes cannot be read (nothing can be told)."""
+        view; empty while it is not live or the Nodes cannot be read (nothing can be told), and
+        in observe mode (no move is offered: observe changes nothing)."""
+        if self.colocation_mode == MODE_OBSERVE:
+            return ()
         view = self._live_view()
         nodes = view.nodes_by_name() if view is not None else None
         if view is None or nodes is None:

@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 
 import pytest
 from kubespawner import KubeSpawner
 
 from nebari_colocate import observe_mode
-from nebari_colocate.affinity import colocation_term
 
 from .test_spawner_cluster import GPU_PROFILE, cpu_and_gpu_nodes, metric, pod_of
 
@@ -29,7 +29,14 @@ DSP_AFFINITY = {
         "affinity": {
             "podAffinity": {
                 "requiredDuringSchedulingIgnoredDuringExecution": [
-                    colocation_term(KEY, "{username}")
+                    {
+                        "labelSelector": {
+                            "matchExpressions": [
+                                {"key": KEY, "operator": "In", "values": ["{username}"]}
+                            ]
+                        },
+                        "topologyKey": "kubernetes.io/hostname",
+                    }
                 ]
             }
         }
@@ -89,15 +96,24 @@ async def test_observe_mode_spawns_as_stock_and_says_what_enforce_would_have_don
             **DSP_AFFINITY,
             **GPU_PROFILE,
         )
+        began = time.time()
         with pytest.raises(asyncio.TimeoutError):  # not ColocationRefused: nothing refused
             await spawners.start(lab)
+        waited = time.time() - began
     lab_pod = await pod_of(kube, lab)
 
     # exactly the pod stock KubeSpawner sends: the hand-written affinity kept, nothing of ours
     stock = spawners.make("alice", "gpu-lab", cls=KubeSpawner, **DSP_AFFINITY, **GPU_PROFILE)
     stock_pod = kube.api_client.sanitize_for_serialization(await stock.get_pod_manifest())
     assert _placement(lab_pod) == _placement(stock_pod)
-    hand_written = [colocation_term(KEY, "alice")]  # KubeSpawner expanded {username}
+    hand_written = [
+        {
+            "labelSelector": {
+                "matchExpressions": [{"key": KEY, "operator": "In", "values": ["alice"]}]
+            },
+            "topologyKey": "kubernetes.io/hostname",
+        }
+    ]  # KubeSpawner expanded {username}
     assert lab_pod["spec"]["affinity"] == {
         "podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": hand_written}
     }
@@ -130,5 +146,11 @@ async def test_observe_mode_spawns_as_stock_and_says_what_enforce_would_have_don
     would = {(o.server_name, o.would) for o in observe_mode.observed()}
     assert would == {("app", "colocate"), ("gpu-lab", "refuse"), ("gpu-lab", "end")}
     (refused,) = [o for o in observe_mode.observed() if o.would == "refuse"]
+    (end,) = [o for o in observe_mode.observed() if o.would == "end"]
+    print(
+        f"observe: the GPU lab waited {waited:.1f} s as stock (start_timeout 8 s); enforce would "
+        f"have refused it after {refused.at - began:.2f} s, and fail fast would have ended it "
+        f"after {end.at - began:.2f} s"
+    )
     assert refused.node == "cpu-1" and "insufficient:nvidia.com/gpu" in refused.reasons
     assert "JupyterLab" in refused.message or "app" in refused.message  # what blocks it

@@ -167,6 +167,66 @@ async def test_an_email_user_starts_lab_and_app_on_one_node(kube, start_hub):
     assert hub.hub.alive()
 
 
+def test_observe_mode_leaves_data_science_packs_affinity_in_the_config(tmp_path, monkeypatch):
+    c = run_like_z2jh(tmp_path, monkeypatch, helm_values(**{"colocate-mode": "observe"}))
+    assert issubclass(c.JupyterHub.spawner_class, ColocatingKubeSpawner)
+    assert c.ColocatingKubeSpawner.colocation_mode == "observe"
+    terms = c.KubeSpawner.extra_pod_config["affinity"]["podAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ]
+    (expression,) = terms[0]["labelSelector"]["matchExpressions"]
+    assert expression["values"] == ["{username}"]
+
+
+async def test_observe_mode_spawns_as_data_science_pack_does_and_says_what_it_would_do(
+    kube, start_hub
+):
+    """``colocate-mode: observe`` on the replica's hub: the pods are data-science-pack's own
+    (its escape-slug label and hard affinity, nothing of ours), the GPU app waits out
+    ``start_timeout`` as it does today, and the hub log says enforce would have refused it."""
+    await cpu_and_gpu_nodes(kube)
+    await kube.create_bound_claim(f"claim-{ESCAPED}")
+    await kube.create_bound_claim(f"nebi-workspaces-{ESCAPED}")
+    hub = await start_hub(
+        jhub_apps="data-science-pack",
+        z2jh=True,
+        consecutive_failure_limit=5,
+        start_timeout=10,
+        helm_values=helm_values(**{"colocate-mode": "observe"}),
+    )
+    await hub.create_user(EMAIL_USER)
+    await hub.start_server(EMAIL_USER, "", {"profile": "cpu"})
+    await hub.start_server(EMAIL_USER, "pandas-app", app_options("pandas-app", "Pandas App", "cpu"))
+    pods = await user_pods(kube, EMAIL_USER)
+    assert len({p["spec"]["nodeName"] for p in pods.values()}) == 1
+    for pod in pods.values():
+        assert pod["metadata"]["labels"]["nebari.dev/colocate-user"] == ESCAPED
+        (term,) = pod["spec"]["affinity"]["podAffinity"][
+            "requiredDuringSchedulingIgnoredDuringExecution"
+        ]
+        # data-science-pack's own term, as its 01-spawner.py writes it
+        assert term["labelSelector"] == {
+            "matchExpressions": [
+                {"key": "nebari.dev/colocate-user", "operator": "In", "values": [ESCAPED]}
+            ]
+        }
+        assert "nodeAffinity" not in pod["spec"]["affinity"], "nothing pinned by us"
+
+    status, body = await hub.request_server(
+        EMAIL_USER, "gpu-app", app_options("gpu-app", "GPU App", "gpu")
+    )
+    assert status == 202, body
+    model = await hub.wait_until_ended(EMAIL_USER, "gpu-app", timeout=60)
+    assert model is None or not model.get("ready"), model
+    log = hub.log()
+    assert f"observe: would refuse {EMAIL_USER}'s 'gpu-app': " in log
+    enforced = [line for line in log.splitlines() if "observe: " not in line]
+    assert not [line for line in enforced if "colocate verdict=refuse" in line], "nothing refused"
+    assert "failed to start in 10 seconds" in log, "stock KubeSpawner's timeout ended it"
+    assert set(await user_pods(kube, EMAIL_USER)) == {"", "pandas-app"}
+    assert hub.hub.alive()
+
+
 # --------------------------------------------------------------------------------------------------
 # examples/: whole files, run as zero-to-jupyterhub runs them
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from types import SimpleNamespace
 from typing import Any, NamedTuple
 
 import pytest
@@ -15,7 +16,6 @@ from kubespawner import KubeSpawner
 from prometheus_client import REGISTRY
 
 from nebari_colocate import helm, messages, observe_mode
-from nebari_colocate.affinity import colocation_term
 from nebari_colocate.config import check_config
 from nebari_colocate.event_verdict import EventVerdict
 from nebari_colocate.history import the_history
@@ -47,7 +47,14 @@ DSP_AFFINITY = {
         "affinity": {
             "podAffinity": {
                 "requiredDuringSchedulingIgnoredDuringExecution": [
-                    colocation_term(KEY, "{username}")
+                    {
+                        "labelSelector": {
+                            "matchExpressions": [
+                                {"key": KEY, "operator": "In", "values": ["{username}"]}
+                            ]
+                        },
+                        "topologyKey": "kubernetes.io/hostname",
+                    }
                 ]
             }
         }
@@ -335,3 +342,24 @@ def test_the_hub_log_words_name_what_enforce_would_do():
         refused, username="alice", server_name="gpu-lab", message="Words.", operator_line="op"
     )
     assert line == "observe: would refuse alice's 'gpu-lab': Words. [op]"
+
+
+@pytest.mark.parametrize("mode, expect_rides", [("enforce", 1), ("observe", 0)])
+async def test_observe_offers_no_move_off_a_premium_node(mode, expect_rides):
+    """The home page's notice and the move off a premium node read ``premium_rides``: an
+    action the user would take on the library's word, which observe mode does not offer."""
+    spawner = make(colocation_mode=mode)
+    app = pod(
+        "jupyter-mock-app",
+        node_name="gpu-1",
+        phase="Running",
+        claims=[HOME],
+        user=USER,
+        server="app",
+        labels={KEY: spawner.colocation_label_value},
+    )
+    view = SimpleNamespace(
+        nodes_by_name=lambda: {"gpu-1": gpu_node()}, namespace_pods=lambda: [app]
+    )
+    spawner._live_view = lambda: view  # type: ignore[method-assign]
+    assert len(spawner.premium_rides()) == expect_rides
