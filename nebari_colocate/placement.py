@@ -372,13 +372,19 @@ def _way_out(
     return found
 
 
+def move_may_help(decision: Decision) -> bool:
+    """The refusal is for lack of room on the pinned node only (every reason :data:`ROOM`):
+    the move of the whole set may help (``setmove``)."""
+    return {stopping_helps(code) for code in decision.reasons} == {ROOM}
+
+
 def with_move(
     pod: Obj, decision: Decision, found: WayOut, state: ClusterState, policy: Policy
 ) -> WayOut:
     """``found`` (the refusal's way out) with the move of the whole set (``setmove``) when the
     pinned node lacks room only (every reason :data:`ROOM`) and a node holds the set, or an
     autoscaler can add one; ``state`` must hold the nodes to choose from and their pods."""
-    if {stopping_helps(code) for code in decision.reasons} != {ROOM}:
+    if not move_may_help(decision):
         return found
     move = setmove.whole_set_move(
         pod,

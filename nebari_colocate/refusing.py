@@ -16,7 +16,7 @@ from kubespawner.slugs import is_valid_label, safe_slug
 from . import messages
 from .jupyterhub import ColocationRefused, requested_through_rest_api
 from .objects import JsonDict
-from .placement import Decision, with_move
+from .placement import Decision, move_may_help, with_move
 from .wayout import WayOut
 
 __all__ = ["hold", "move_url", "offer_move", "refused", "way_out_url"]
@@ -27,7 +27,7 @@ def offer_move(spawner: Any, decision: Decision, pod: JsonDict) -> None:
     live view knows (the check itself reads only the pinned node); the check's own when the
     view cannot tell the room on every node."""
     found = decision.way_out
-    if found is None:
+    if found is None or not move_may_help(decision):
         return
     try:
         state = spawner.whole_set_state(pod)
