@@ -130,7 +130,16 @@ async def test_nebaris_hub_starts_with_the_switch_and_places_shared_and_exclusiv
         {"hub": {"extraConfig": {"80-named-servers": "c.JupyterHub.allow_named_servers = True"}}},
     )
     values = release.values(kube.namespace, PROFILES, overrides)
-    hub = await start_hub(nebari=True, helm_values=values, start_timeout=60, admin_users=["root"])
+    # (the e2e's stand-in for Keycloak manages no roles: a role of load_roles grants carol the
+    # page's custom scope, as Keycloak's client role does on Nebari, docs/rbac.md)
+    readers = {"name": "colocate-readers", "scopes": ["custom:colocate:read"], "users": ["carol"]}
+    hub = await start_hub(
+        nebari=True,
+        helm_values=values,
+        start_timeout=60,
+        admin_users=["root"],
+        roles=[readers],
+    )
 
     # The hub started on Nebari's files and the switch; Nebari's theme handler (01-theme.py's
     # extra_handlers.extend) is served beside the way out's.
@@ -197,4 +206,10 @@ async def test_nebaris_hub_starts_with_the_switch_and_places_shared_and_exclusiv
     await expect(page.locator("#colocate-pinned")).to_contain_text("user-1")
     await expect(page.locator("#colocate-refusals")).to_contain_text("gpu")
     await screenshot(page, artifacts / "nebari-status-page.png")
+    # JupyterHub 5.3.0 takes the custom scope: carol, no admin, reads the page
+    await page.goto(f"{hub.url}/hub/logout")
+    await log_in(page, hub, "carol")
+    response = await page.goto(f"{hub.url}/hub/colocate/status")
+    assert response is not None and response.status == 200
+    await expect(page.locator("#colocate-pinned")).to_contain_text("workspace-bob")
     assert hub.hub.alive()
