@@ -84,6 +84,8 @@ class StatusInput:
     problems: Sequence[str] = field(default_factory=tuple)
     #: the pods of other namespaces are not watched: a node's headroom counts only these
     partial_nodes: bool = False
+    #: the hub's ``colocation_mode`` (``enforce`` or ``observe``), None when not known
+    mode: str | None = None
 
 
 def iso(seconds: float | None) -> str | None:
@@ -395,6 +397,7 @@ def build(facts: StatusInput) -> JsonDict:
     return {
         "version": SCHEMA_VERSION,
         "generated_at": iso(facts.now),
+        "mode": facts.mode,
         "view": {
             "live": not facts.problems,
             "problems": list(facts.problems),

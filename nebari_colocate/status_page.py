@@ -132,6 +132,7 @@ def gather(
     now: float,
     premium_resources: Sequence[str] = GPU_RESOURCES,
     unknown_claim_modes: Sequence[str] = (RWO,),
+    mode: str | None = None,
 ) -> StatusInput:
     """The page's input from the hubs' watches (normally one) and the history: objects already
     in memory, read, never requested; copies of the collections and rings (not of the objects,
@@ -178,6 +179,7 @@ def gather(
         unknown_claim_modes=tuple(unknown_claim_modes),
         problems=tuple(problems),
         partial_nodes=partial,
+        mode=mode,
     )
 
 
@@ -245,7 +247,7 @@ class StatusHandler(BaseHandler):  # type: ignore[misc]  # JupyterHub ships no t
     async def get(self) -> None:
         if not allowed(self.parsed_scopes):
             raise web.HTTPError(403, "reading the co-location status needs the %s scope", SCOPE)
-        premium, modes = self._settings()
+        premium, modes, mode = self._settings()
         as_json = wants_json(self.get_argument("format", None), self.request.headers.get("Accept"))
         body = self.get_template(BODY, sync=True)
         # 10,000 pods take a tenth of a second or more to go through (docs/performance.md): in
@@ -258,6 +260,7 @@ class StatusHandler(BaseHandler):  # type: ignore[misc]  # JupyterHub ships no t
                 now=time.time(),
                 premium_resources=premium,
                 unknown_claim_modes=modes,
+                mode=mode,
             )
             found = await asyncio.to_thread(build, facts)
             if as_json:
@@ -270,16 +273,18 @@ class StatusHandler(BaseHandler):  # type: ignore[misc]  # JupyterHub ships no t
             return
         self.finish(await self.render_template(PAGE, colocate_status_body=content))
 
-    def _settings(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
-        """The premium resources and the access mode of a claim not yet known, as the hub's
-        spawners have them (any spawner object the hub holds; the defaults without one)."""
+    def _settings(self) -> tuple[tuple[str, ...], tuple[str, ...], str | None]:
+        """The premium resources, the access mode of a claim not yet known and
+        ``colocation_mode``, as the hub's spawners have them (any spawner object the hub holds;
+        the defaults, and no mode, without one)."""
         for user in list(getattr(self, "users", {}).values()):
             for spawner in list(getattr(user, "spawners", {}).values()):
                 premium = getattr(spawner, "premium_resources", None)
-                mode = getattr(spawner, "storage_access_mode", None)
-                if premium is not None and isinstance(mode, str):
-                    return tuple(premium), (mode,)
-        return GPU_RESOURCES, (RWO,)
+                access = getattr(spawner, "storage_access_mode", None)
+                if premium is not None and isinstance(access, str):
+                    mode = getattr(spawner, "colocation_mode", None)
+                    return tuple(premium), (access,), mode if isinstance(mode, str) else None
+        return GPU_RESOURCES, (RWO,), None
 
 
 # --------------------------------------------------------------------------------------------------

@@ -264,6 +264,16 @@ def test_servers_riding_on_a_premium_node_and_for_how_long():
     ]
 
 
+async def test_in_observe_mode_the_page_says_nothing_is_refused():
+    record_refusal("bob", "", reasons=["taint"], message="would", mode=OBSERVE, at=NOW - 30)
+    page = build(facts([], [], [], mode="observe"))
+    assert page["mode"] == "observe"
+    body = await render_body(hub_environment().get_template(BODY), page)
+    assert 'id="colocate-status-observe"' in body and "observe: not refused" in body
+    enforced = await render_body(hub_environment().get_template(BODY), build(facts([], [], [])))
+    assert 'id="colocate-status-observe"' not in enforced
+
+
 def test_the_page_says_when_the_view_is_not_complete():
     page = build(facts([], [], [], problems=("pods (all namespaces): not listed yet",)))
     assert page["view"]["live"] is False and page["view"]["problems"]
