@@ -230,6 +230,9 @@ def simulate(args: argparse.Namespace) -> int:
     text = messages.user_message(
         decision, pod, username=username, server_name=server, user_label=label
     )
+    headline = messages.user_headline(
+        decision, pod, username=username, server_name=server, user_label=label
+    )
     missing = [c for c in pod_claims(pod) if state.pvc(namespace, c) is None]
     warnings = []
     if namespace_from == dumps.NAMESPACE_ASSUMED:
@@ -244,6 +247,8 @@ def simulate(args: argparse.Namespace) -> int:
         # input_warnings: what in the dump was counted other than as written (extends the
         # documented object; the same lines go to stderr)
         result["input_warnings"] = notes
+        # headline: the plain words a person reads first (message: the headline and the Details)
+        result["headline"] = headline
         print(json.dumps(result, sort_keys=False))
         return 0
     for line in messages.outcome_lines(decision, text):

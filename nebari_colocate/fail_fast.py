@@ -197,13 +197,30 @@ async def end_hopeless_spawn(
     raise refusal
 
 
+def verdict_said(spawner: Any, verdict: EventVerdict | None) -> tuple[str, str, JsonDict | None]:
+    """(text, html, the refusal's fields) the progress stream says of ``verdict``: for a
+    verdict that ends the spawn, the very words and HTML the refusal will carry (the page keeps
+    one of them) and its ``way_out``; while the spawn waits, the plain words and the technical
+    ones under Details; ("", "", None) when there is nothing to say."""
+    if verdict is None:
+        return "", "", None
+    if verdict.action != FAIL:
+        return messages.event_text(verdict), messages.event_progress_html(verdict), None
+    text, shown = messages.event_refusal(
+        verdict, spawner.name, spawner.server_display_names(), action=spawner.way_out_url()
+    )
+    return text, shown, {"way_out": verdict.way_out.as_json() if verdict.way_out else None}
+
+
 async def progress(spawner: Any) -> AsyncGenerator[dict[str, Any], None]:
     """Progress of the spawn for the spawn-pending page, in plain language.
 
     Like KubeSpawner's, it reports this pod's events until the start finishes, but it tracks
     events by uid (KubeSpawner's index into a time-sorted list skips an event that sorts
     before one already shown, e.g. an autoscaler event with a coarser timestamp than the
-    scheduler's) and tells scheduling, autoscaler, attach and image events in words.
+    scheduler's) and tells scheduling, autoscaler, attach and image events in words.  The
+    refusal is said once; from it on, every event carries its ``way_out`` (docs/surfaces.md,
+    "The progress stream, for other front ends").
     """
     if not spawner.events_enabled:
         return
@@ -213,6 +230,11 @@ async def progress(spawner: Any) -> AsyncGenerator[dict[str, Any], None]:
     last_text = ""
     started = time.perf_counter()
     last_patience = 0.0
+    refused: JsonDict = {}  # from the refusal on: the fields every event carries (way_out)
+
+    def said(event: dict[str, Any]) -> dict[str, Any]:
+        return {**event, **refused}
+
     while True:
         start_future = spawner._start_future
         finished = start_future is not None and start_future.done()
@@ -224,19 +246,24 @@ async def progress(spawner: Any) -> AsyncGenerator[dict[str, Any], None]:
             and elapsed >= last_patience + spawner.slow_spawn_message_frequency
         ):
             last_patience = elapsed
-            yield {"message": spawner.slow_spawn_message.format(seconds=int(elapsed)).strip()}
+            text = spawner.slow_spawn_message.format(seconds=int(elapsed)).strip()
+            yield said({"message": text})
         held = spawner._held_refusal
-        if held is not None and last_text != held.jupyterhub_message:
+        if held is not None and not refused:
+            # for front ends other than JupyterHub's pages (docs/surfaces.md)
+            refused = {"way_out": held.way_out}
             last_text = held.jupyterhub_message
-            yield {
-                "progress": 100,
-                "message": held.jupyterhub_message,
-                "html_message": held.jupyterhub_html_message,
-                # for front ends other than JupyterHub's pages (docs/surfaces.md)
-                "way_out": held.way_out,
-            }
+            yield said(
+                {
+                    "progress": 100,
+                    "message": held.jupyterhub_message,
+                    "html_message": held.jupyterhub_html_message,
+                }
+            )
         verdict = spawner.classify_events() if spawner._colocation_decision is not None else None
-        words = messages.event_text(verdict) if verdict is not None else ""
+        words, words_html, ends = verdict_said(spawner, verdict)
+        if ends is not None and not refused:
+            refused = ends
         own_pods, other_pods = spawner._pod_names_for_browser()
         for event in spawner.events:
             uid = (event.get("metadata") or {}).get("uid") or id(event)
@@ -254,10 +281,16 @@ async def progress(spawner: Any) -> AsyncGenerator[dict[str, Any], None]:
             if text == last_text:
                 continue
             last_text = text
-            yield {"progress": int(progress), "raw_event": shown, "message": text, **(own or {})}
+            line = {"progress": int(progress), "raw_event": shown, "message": text, **(own or {})}
+            if own is None and text == words and words_html:
+                line["html_message"] = words_html
+            yield said(line)
         if words and words != last_text:
             last_text = words
-            yield {"progress": int(progress), "message": last_text}
+            line = {"progress": int(progress), "message": words}
+            if words_html:
+                line["html_message"] = words_html
+            yield said(line)
         if finished:
             break
         await asyncio.sleep(1)

@@ -49,17 +49,17 @@ def refused(spawner: Any, decision: Decision, pod: JsonDict) -> ColocationRefuse
         "has_profiles": bool(spawner.profile_list),
         "display_names": spawner.server_display_names(),
     }
-    shown = messages.user_html(decision, pod, **args)
+    button = ""
     if decision.way_out is not None:
-        form = messages.way_out_form_html(
+        button = messages.way_out_form_html(
             decision.way_out, action=spawner.way_out_url(), display_names=args["display_names"]
         )
         move = decision.way_out.move
         if move is not None:
-            form += messages.move_form_html(
+            button += messages.move_form_html(
                 move, action=move_url(spawner), display_names=args["display_names"]
             )
-        shown = shown.removesuffix("</div>") + form + "</div>"
+    shown = messages.user_html(decision, pod, button=button, **args)
     return ColocationRefused(
         messages.user_message(decision, pod, **args),
         shown,

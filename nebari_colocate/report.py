@@ -227,6 +227,9 @@ def explain_report(
         "pod_name": pod_name,
         "replaces": pod_name if replaces else None,
         "notes": list(decision.notes),
+        "headline": messages.user_headline(
+            decision, pod, username=username, server_name=server, user_label=label_value
+        ),
         "outcome": messages.outcome_lines(decision, message),
         "operator_line": messages.operator_line(decision, username=username, server_name=server),
     }

@@ -1,25 +1,17 @@
 """Every word a person reads.  (pure)
 
-Every sentence a person reads, one file per audience and surface: ``refusals``, ``advice``,
-``hub_log``, ``observed``, ``progress``, ``migrate``, ``reports``, ``command``, ``way_out``,
-``set_move``.  ``messages.<name>`` reaches every name of every file (the words' one home;
-docs/architecture.md).
+Every sentence a person reads, one file per audience and surface: ``headlines``, ``refusals``,
+``advice``, ``hub_log``, ``observed``, ``progress``, ``migrate``, ``reports``, ``command``,
+``way_out``, ``set_move``.  ``messages.<name>`` reaches every name of every file (the words' one
+home; docs/architecture.md).
 """
 
 from __future__ import annotations
 
 from .advice import _PROFILE_CAN_CHANGE as _PROFILE_CAN_CHANGE
-from .advice import ADMINISTRATOR_ADVICE as ADMINISTRATOR_ADVICE
-from .advice import HOME_MOVE_ADVICE as HOME_MOVE_ADVICE
-from .advice import HOME_MOVE_STALLED_ADVICE as HOME_MOVE_STALLED_ADVICE
-from .advice import VOLUME_PLACE_ADVICE as VOLUME_PLACE_ADVICE
-from .advice import _advice as _advice
 from .advice import _join as _join
-from .advice import _node_state_advice as _node_state_advice
-from .advice import _shared_advice as _shared_advice
 from .advice import nothing_the_user_does_helps as nothing_the_user_does_helps
 from .advice import profile_can_help as profile_can_help
-from .advice import unresolvable_advice as unresolvable_advice
 from .command import ATTACHMENTS_COST as ATTACHMENTS_COST
 from .command import CONNECT_PROBLEMS as CONNECT_PROBLEMS
 from .command import MIGRATE_APPLY_NOT_BOTH as MIGRATE_APPLY_NOT_BOTH
@@ -44,6 +36,20 @@ from .command import missing_priority_class_note as missing_priority_class_note
 from .command import outcome_lines as outcome_lines
 from .command import simulated_namespace_lines as simulated_namespace_lines
 from .command import table as table
+from .headlines import DETAILS_LABEL as DETAILS_LABEL
+from .headlines import PROGRESS_WORDS as PROGRESS_WORDS
+from .headlines import STATE_WORDS as STATE_WORDS
+from .headlines import Headline as Headline
+from .headlines import details_html as details_html
+from .headlines import event_headline as event_headline
+from .headlines import event_plain_text as event_plain_text
+from .headlines import page_html as page_html
+from .headlines import refusal_details as refusal_details
+from .headlines import refusal_headline as refusal_headline
+from .headlines import text_message as text_message
+from .headlines import user_headline as user_headline
+from .headlines import user_html as user_html
+from .headlines import user_message as user_message
 from .hub_log import API_FAULTS as API_FAULTS
 from .hub_log import api_fault_html as api_fault_html
 from .hub_log import api_fault_message as api_fault_message
@@ -115,9 +121,12 @@ from .progress import _storage_unavailable_text as _storage_unavailable_text
 from .progress import _unique as _unique
 from .progress import _unschedulable_text as _unschedulable_text
 from .progress import browser_event as browser_event
+from .progress import event_details_text as event_details_text
 from .progress import event_failure as event_failure
 from .progress import event_operator_line as event_operator_line
+from .progress import event_progress_html as event_progress_html
 from .progress import event_text as event_text
+from .progress import event_words as event_words
 from .progress import fragment_words as fragment_words
 from .progress import karpenter_refusal_text as karpenter_refusal_text
 from .progress import no_scale_up_text as no_scale_up_text
@@ -141,8 +150,6 @@ from .refusals import _insufficient_words as _insufficient_words
 from .refusals import _node_not_found_words as _node_not_found_words
 from .refusals import _node_selector_words as _node_selector_words
 from .refusals import _premium_node_words as _premium_node_words
-from .refusals import _Refusal as _Refusal
-from .refusals import _refusal as _refusal
 from .refusals import _resource_words as _resource_words
 from .refusals import _selector_text as _selector_text
 from .refusals import _split_attachment_words as _split_attachment_words
@@ -158,8 +165,6 @@ from .refusals import own_servers as own_servers
 from .refusals import reason_sentences as reason_sentences
 from .refusals import server_label as server_label
 from .refusals import subject as subject
-from .refusals import user_html as user_html
-from .refusals import user_message as user_message
 from .refusals import way_out_sentence as way_out_sentence
 from .reports import _cell_list as _cell_list
 from .reports import _node_title as _node_title

@@ -20,11 +20,11 @@ from .refusals import subject
 
 #: fault code (``faults.FAULT_CODES``) -> what happened, in words a user reads
 API_FAULTS = {
-    faults.UNREACHABLE: "the Kubernetes API server could not be reached (it may be restarting)",
-    faults.OVERLOADED: "the Kubernetes API server is overloaded and asked to retry later",
-    faults.SERVER_ERROR: "the Kubernetes API server failed with an internal error",
-    faults.TIMEOUT: "the Kubernetes API server did not answer in time",
-    faults.REJECTED: "the Kubernetes API server refused to create it",
+    faults.UNREACHABLE: "the cluster could not be reached (it may be restarting)",
+    faults.OVERLOADED: "the cluster is too busy and asked to try later",
+    faults.SERVER_ERROR: "the cluster failed with an internal error",
+    faults.TIMEOUT: "the cluster did not answer in time",
+    faults.REJECTED: "the cluster refused to create it",
 }
 
 
@@ -32,9 +32,9 @@ def api_fault_message(fault: str, *, server_name: str, detail: str = "") -> str:
     """Plain text for a spawn the API failed: what happened, and what to do (try again)."""
     what = API_FAULTS.get(fault, API_FAULTS[faults.SERVER_ERROR])
     if fault == faults.REJECTED:
-        advice = "Please contact your administrator" + (f" ({detail})." if detail else ".")
+        advice = "Please ask your administrator" + (f" ({detail})." if detail else ".")
     else:
-        advice = "Nothing of it was left running; please try again in a minute."
+        advice = "Nothing of it was left running. Please try again in a minute."
     return f"{subject(server_name)} could not start: {what}. {advice}"
 
 

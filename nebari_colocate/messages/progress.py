@@ -9,23 +9,24 @@ import re
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import Any
 
-from .. import events, fit
+from .. import events
 from ..objects import GPU_RESOURCES
-from ..placement import stopping_helps
 from .advice import (
-    ADMINISTRATOR_ADVICE,
-    VOLUME_PLACE_ADVICE,
     _join,
-    _node_state_advice,
-    nothing_the_user_does_helps,
-    profile_can_help,
+)
+from .headlines import (
+    Headline,
+    details_html,
+    event_headline,
+    event_plain_text,
+    page_html,
+    text_message,
 )
 from .refusals import (
     _NODE_STATE_FRAGMENT_WORDS,
     _resource_words,
     counted_holders,
     server_label,
-    subject,
 )
 
 # --------------------------------------------------------------------------------------------------
@@ -94,31 +95,11 @@ def _scheduler_summary(fragments: Sequence[events.Fragment]) -> str:
     return "; ".join(_unique(parts))
 
 
-def _pinned_advice(fragments: Sequence[events.Fragment], node: str | None) -> str:
-    """What to do about a pinned pod its node cannot take, as ``advice._advice`` says it of a
-    decision: the fragments' causes that are reason codes follow ``placement.STOPPING_HELPS``
-    (no stop where stopping cannot help) and ``advice._PROFILE_CAN_CHANGE``."""
-    codes = [f.cause for f in fragments if f.cause and stopping_helps(f.cause) is not None]
-    if nothing_the_user_does_helps(codes):
-        return VOLUME_PLACE_ADVICE if fit.VOLUME_NODE_AFFINITY in codes else ADMINISTRATOR_ADVICE
-    states = [f.node_state for f in fragments if f.node_state]
-    if states:
-        # No profile fits a cordoned or failing node: only freeing the volume helps.
-        return "Stop your other servers that use the volume." + _node_state_advice(states, node)
-    if not profile_can_help(codes):  # a node's pod limit: no profile changes it
-        return "Stop your other servers that use the volume."
-    return (
-        "Stop your other servers that use the volume, or choose a profile that fits on "
-        f"node {node}."
-    )
-
-
 def _pinned_text(verdict: events.EventVerdict) -> str:
     if _storage_unavailable(verdict):
         return _storage_unavailable_text(verdict)
     node = verdict.node
     why = "; ".join(_fragments_words(verdict.fragments)) or "the scheduler found no room there"
-    advice = _pinned_advice(verdict.fragments, node)
     # A placement by preemption the scheduler gave up (the nomination dropped).
     dropped = (
         " The scheduler first planned to make room there by stopping lower-priority pods, then "
@@ -129,7 +110,7 @@ def _pinned_text(verdict: events.EventVerdict) -> str:
     return (
         f"This server cannot start on node {node}, where your storage volume is attached: "
         f"{why}.{dropped} A new node cannot help, because the volume can be attached to only "
-        f"one node at a time. {advice}"
+        "one node at a time."
     )
 
 
@@ -145,16 +126,14 @@ def _preemption_stalled_text(verdict: events.EventVerdict) -> str:
     on = f" on node {verdict.node}" if verdict.node else ""
     return (
         f"This server could not start: the scheduler began making room for it{on} by stopping "
-        f"lower-priority pods, but it still could not place it after {verdict.grace:g} seconds. "
-        "Try again in a few minutes; if this keeps happening, tell your administrator."
+        f"lower-priority pods, but it still could not place it after {verdict.grace:g} seconds."
     )
 
 
 def _no_scheduler_text(verdict: events.EventVerdict) -> str:
     return (
         "No scheduler has picked up your server: the cluster's scheduler "
-        f"'{verdict.scheduler or events.DEFAULT_SCHEDULER}' may not be running. An administrator "
-        "must fix it; trying again will not help until then."
+        f"'{verdict.scheduler or events.DEFAULT_SCHEDULER}' may not be running."
     )
 
 
@@ -176,8 +155,7 @@ def _storage_unavailable_text(verdict: events.EventVerdict) -> str:
     return (
         f"This server cannot start: its storage volume has not been provided{waited}, so the "
         "storage it asks for is not available (for example, its storage class does not exist "
-        "or nothing provisions it). Choosing another profile will not help: an administrator "
-        "must fix the storage. Please tell your administrator."
+        "or nothing provisions it)."
     )
 
 
@@ -187,9 +165,7 @@ def _unschedulable_text(verdict: events.EventVerdict) -> str:
     summary = _scheduler_summary(verdict.fragments)
     why = f" ({summary})" if summary else ""
     return (
-        f"No node can run this server{why}, and none became free within {verdict.grace:g} "
-        "seconds. Choose a smaller profile or try again later; if this keeps happening, tell "
-        "your administrator."
+        f"No node can run this server{why}, and none became free within {verdict.grace:g} seconds."
     )
 
 
@@ -217,19 +193,11 @@ def _multi_attach_text(verdict: events.EventVerdict) -> str:
     if not users:
         return (
             "This server cannot start: its storage volume is still attached to another node "
-            "(a server that used it may still be shutting down). Try again in a minute, or stop "
-            "your other servers first."
+            "(a server that used it may still be shutting down)."
         )
-    # Advise stopping only what the user can stop: their own servers.
-    if verdict.servers:
-        own = _join([server_label(s) for s in verdict.servers])
-        advice = f"Stop {own}, then start this one again."
-    else:
-        advice = "Try again once it is free, or ask your administrator."
     return (
         "This server cannot start: its storage volume is attached to another node, where it "
-        f"is in use by {_join(users)}. The volume can be attached to only one node at a "
-        f"time. {advice}"
+        f"is in use by {_join(users)}. The volume can be attached to only one node at a time."
     )
 
 
@@ -245,9 +213,7 @@ def _image_invalid_text(verdict: events.EventVerdict) -> str:
         )
     else:
         why = f"its image name{shown} is not valid"
-    return (
-        f"This server cannot start: {why}. Choose a different profile, or ask your administrator."
-    )
+    return f"This server cannot start: {why}."
 
 
 #: why the registry would not give the image (``events.PULL_*``) -> words after the grace
@@ -261,8 +227,7 @@ def _image_pull_text(verdict: events.EventVerdict) -> str:
     hint = "".join(_PULL_WORDS.get(c, "") for c in verdict.causes)
     return (
         f"This server cannot start: its image{_shown_image(verdict)} could not be downloaded "
-        f"for {verdict.grace:g} seconds{hint}. Choose a different profile, or ask your "
-        "administrator."
+        f"for {verdict.grace:g} seconds{hint}."
     )
 
 
@@ -291,24 +256,56 @@ _EVENT_WORDS: dict[str, Callable[[events.EventVerdict], str]] = {
 }
 
 
-def event_text(verdict: events.EventVerdict) -> str:
-    """What a person reads about an event verdict: why the spawn cannot succeed (fail), or what
-    it waits for (wait); "" when there is nothing to say."""
+def event_details_text(verdict: events.EventVerdict) -> str:
+    """The technical words of an event verdict (nodes, the scheduler's and the autoscalers'
+    reasons), for the Details and the administrator; "" when there is nothing to say."""
     words = _EVENT_WORDS.get(verdict.code)
     return words(verdict) if words else ""
+
+
+def event_text(verdict: events.EventVerdict) -> str:
+    """What a person reads about an event verdict, in plain words: why the spawn cannot succeed
+    (fail), or what it waits for (wait); "" when there is nothing to say
+    (:func:`.headlines.event_plain_text`)."""
+    return event_plain_text(verdict)
+
+
+def event_words(verdict: events.EventVerdict) -> str:
+    """Every word the page shows of an event verdict, as text: the plain words, then
+    "Details:" and the technical ones when they say more."""
+    plain = event_plain_text(verdict)
+    details = event_details_text(verdict)
+    shown = [details] if details and details != plain and verdict.code != events.PROGRESS else []
+    return text_message(Headline(plain), shown) if plain else ""
+
+
+def event_progress_html(verdict: events.EventVerdict) -> str:
+    """An event verdict as the spawn page's progress shows it: the plain words, then the
+    technical ones under a closed Details when they say more; "" when there is nothing to say."""
+    plain = event_plain_text(verdict)
+    if not plain:
+        return ""
+    details = event_details_text(verdict)
+    shown = [details] if details and details != plain and verdict.code != events.PROGRESS else []
+    return (
+        '<div class="colocate-progress">'
+        f'<div class="colocate-headline">{html.escape(plain)}</div>{details_html(shown)}</div>'
+    )
 
 
 def event_failure(
     verdict: events.EventVerdict,
     server_name: str,
     display_names: Mapping[str, str] | None = None,
+    *,
+    button: str = "",
 ) -> tuple[str, str]:
-    """(text, html) for a spawn ended by a hopeless pod event (the server name is escaped)."""
-    why = event_text(verdict) or "The server could not start."
-    message = f"{subject(server_name, display_names)} could not start: {why}"
-    return message, (
-        f'<div class="colocate-message" style="text-align: left">{html.escape(message)}</div>'
-    )
+    """(text, html) for a spawn ended by a hopeless pod event: the headline, then the technical
+    words under Details; ``button`` the way out's form (the server name is escaped)."""
+    headline = event_headline(verdict, server_name, display_names)
+    details = event_details_text(verdict) or "The server could not start."
+    shown = page_html(headline, [details], button, verdict.way_out)
+    return text_message(headline, [details]), shown
 
 
 def event_operator_line(
@@ -425,14 +422,7 @@ def karpenter_refusal_text(causes: Iterable[str], requests: Mapping[str, str] | 
     why = "; ".join(
         words[code].format(requests=_requests_words(requests or {})) for code in telling
     )
-    if events.KARPENTER_COLOCATION in telling:
-        advice = "Stop your other servers and start this one again, or choose a smaller profile."
-    else:
-        advice = "Choose a different profile, or ask your administrator."
-    return (
-        f"No node can run this server, and the autoscaler cannot add one that could: {why}. "
-        f"{advice}"
-    )
+    return f"No node can run this server, and the autoscaler cannot add one that could: {why}."
 
 
 def no_scale_up_text(why: Sequence[str]) -> str:
@@ -440,7 +430,7 @@ def no_scale_up_text(why: Sequence[str]) -> str:
     detail = f" ({'; '.join(why)})" if why else ""
     return (
         "No node can run this server, and the cluster autoscaler cannot add one that could"
-        f"{detail}. Choose a different profile, or ask your administrator."
+        f"{detail}."
     )
 
 

@@ -1,10 +1,10 @@
-"""A refusal in words: why a server cannot start, whose servers hold the volume, what to do, and
-the hub log's line of a decision.  (pure)
+"""A refusal's technical facts in words (the Details, the hub log, ``simulate``, ``explain``): why
+a server cannot start on the node, whose servers hold the volume; the move of the whole set's
+sentence.  The plain headline a person reads first is :mod:`.headlines`'.  (pure)
 """
 
 from __future__ import annotations
 
-import html
 from collections.abc import Callable, Mapping, Sequence
 from typing import NamedTuple
 
@@ -15,13 +15,12 @@ from ..placement import (
     HOME_BEING_MOVED,
     NODE_NOT_FOUND,
     PREMIUM_NODE,
-    REFUSE,
     SPLIT_ATTACHMENT,
     Decision,
 )
 from ..setmove import Move
 from ..wayout import WayOut
-from .advice import _advice, _join
+from .advice import _join
 
 
 class ResourceWords(NamedTuple):
@@ -310,83 +309,6 @@ def _clock(timestamp: str | None) -> str:
     return f"{time[:5]} UTC" if len(time) >= 5 and time[2] == ":" else timestamp
 
 
-class _Refusal(NamedTuple):
-    """The parts of a refusal's message, computed once and rendered as text or as HTML."""
-
-    subject: str  # "Your server 'big-app'"
-    reasons: list[str]  # one sentence per reason (:func:`reason_sentences`)
-    exclusivity: str  # "Your volume can be attached to one node at a time"
-    servers: list[str]  # the user's own servers holding the volume, as the user knows them
-    in_use: list[str]  # every other holder: the user's own pods named, the rest counted
-    advice: str  # what to do
-    way_out: str | None  # the way out's action (:func:`way_out_sentence`), if there is one
-    move: str | None  # the move of the whole set (:func:`move_sentence`), if there is one
-
-
-def _refusal(
-    decision: Decision,
-    pod: Obj,
-    *,
-    username: str,
-    server_name: str,
-    user_label: str | None,
-    has_profiles: bool,
-    display_names: Mapping[str, str] | None,
-) -> _Refusal:
-    facts = holder_facts(decision, username, user_label)
-    servers = [server_label(n, display_names) for n in facts.servers]
-    in_use = [f"your pod(s) {_join(facts.pods)} (not servers)"] if facts.pods else []
-    in_use += counted_holders(other_servers=facts.other_servers, not_servers=facts.not_servers)
-    way_out = decision.way_out
-    return _Refusal(
-        subject(server_name, display_names),
-        reason_sentences(decision, pod),
-        _exclusivity(decision),
-        servers,
-        in_use,
-        _advice(decision, servers, has_profiles, len(facts.pods), facts.other_servers),
-        None if way_out is None else way_out_sentence(way_out, display_names),
-        None
-        if way_out is None or way_out.move is None
-        else move_sentence(way_out.move, display_names),
-    )
-
-
-def user_message(
-    decision: Decision,
-    pod: Obj,
-    *,
-    username: str,
-    server_name: str,
-    user_label: str | None = None,
-    has_profiles: bool = True,
-    display_names: Mapping[str, str] | None = None,
-) -> str:
-    """Plain text for the spawn page.  ``display_names``: server name -> the name the user
-    knows (only the user's own servers; see :func:`server_label`)."""
-    if decision.verdict != REFUSE:
-        return ""
-    r = _refusal(
-        decision,
-        pod,
-        username=username,
-        server_name=server_name,
-        user_label=user_label,
-        has_profiles=has_profiles,
-        display_names=display_names,
-    )
-    parts = [f"{r.subject} cannot start: {'; '.join(r.reasons)}."]
-    in_use = ([_join(r.servers)] if r.servers else []) + r.in_use
-    if in_use:
-        parts.append(f"{r.exclusivity} and is in use by {_join(in_use)}.")
-    parts.append(r.advice)
-    if r.way_out is not None:
-        parts.append(f"The way out: {r.way_out}")
-    if r.move is not None:
-        parts.append(f"Or: {r.move}")
-    return " ".join(parts)
-
-
 _COUNTS = {2: "both", 3: "all three", 4: "all four", 5: "all five", 6: "all six"}
 
 
@@ -400,13 +322,13 @@ def _names(names: Sequence[str], display_names: Mapping[str, str] | None) -> str
 
 def move_sentence(move: Move, display_names: Mapping[str, str] | None = None) -> str:
     """ "Restart 'Pandas App' and your default server together on a machine with room for all
-    three, then start 'Big App' (running kernels restart).": the move of the whole set
+    three, then start 'Big App'. Running kernels restart.": the move of the whole set
     (``setmove``), with the names the user knows; no node, label or claim is named."""
     where = "a new machine" if move.node is None else "a machine"
     return (
         f"Restart {_names(move.restart, display_names)} together on {where} with room for "
-        f"{_all(len(move.restart) + 1)}, then start {server_label(move.start, display_names)} "
-        "(running kernels restart)."
+        f"{_all(len(move.restart) + 1)}, then start {server_label(move.start, display_names)}. "
+        "Running kernels restart."
     )
 
 
@@ -432,49 +354,3 @@ def counted_holders(
     if elsewhere:
         words.append(f"{elsewhere} pod(s) in other namespaces")
     return words
-
-
-def user_html(
-    decision: Decision,
-    pod: Obj,
-    *,
-    username: str,
-    server_name: str,
-    user_label: str | None = None,
-    has_profiles: bool = True,
-    display_names: Mapping[str, str] | None = None,
-) -> str:
-    """The same message as HTML; every user-controlled string (server and display names) is
-    escaped."""
-    if decision.verdict != REFUSE:
-        return ""
-    r = _refusal(
-        decision,
-        pod,
-        username=username,
-        server_name=server_name,
-        user_label=user_label,
-        has_profiles=has_profiles,
-        display_names=display_names,
-    )
-    esc = html.escape
-    reasons = "".join(f"<li>{esc(s)}</li>" for s in r.reasons)
-    # <div>, not <p>: JupyterHub's error page puts the message inside a <p> of its own; and
-    # left-aligned, as the spawn pages centre their text.
-    body = [
-        f"<div>{esc(r.subject)} cannot start:</div>",
-        f'<ul class="colocate-reasons">{reasons}</ul>',
-    ]
-    in_use = r.servers + r.in_use  # one item per server here, where the text joins them
-    if in_use:
-        items = "".join(f"<li>{esc(n)}</li>" for n in in_use)
-        body.append(
-            f"<div>{esc(r.exclusivity)} and is in use by:</div>"
-            f'<ul class="colocate-holders">{items}</ul>'
-        )
-    body.append(f"<div>{esc(r.advice)}</div>")
-    if r.way_out is not None:
-        body.append(f'<div class="colocate-way-out">The way out: {esc(r.way_out)}</div>')
-    if r.move is not None:
-        body.append(f'<div class="colocate-way-out colocate-set-move">Or: {esc(r.move)}</div>')
-    return f'<div class="colocate-message" style="text-align: left">{"".join(body)}</div>'

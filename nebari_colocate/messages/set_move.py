@@ -2,8 +2,8 @@
 (pure)
 
 Plain and short, names the user knows only (no node, label or claim names): "Restart 'Pandas App'
-and your default server together on a machine with room for all three, then start 'Big App'
-(running kernels restart)."
+and your default server together on a machine with room for all three, then start 'Big App'.
+Running kernels restart."
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ def _capital(text: str) -> str:
 
 def move_button_label(move: Move, display_names: Mapping[str, str] | None = None) -> str:
     """The words of the move's button: its sentence without the note on kernels."""
-    return move_sentence(move, display_names).removesuffix(" (running kernels restart).")
+    return move_sentence(move, display_names).removesuffix(". Running kernels restart.")
 
 
 def move_busy_label(move: Move, display_names: Mapping[str, str] | None = None) -> str:
@@ -71,8 +71,8 @@ SET_MOVE_WORDS = {
     "stale": "Nothing was stopped: your servers or the room for them changed since {started} "
     "was refused. Start {started} again to see what can be done now.",
     "stop-failed": "{did_not_stop}, so nothing was moved.",
-    "release-timeout": "Your home volume was not released within {seconds:g} s "
-    "(way_out_release_timeout), so nothing was moved.",
+    "release-timeout": "Your home folder was not freed within {seconds:g} seconds, so nothing "
+    "was moved.",
     "no-room": "No machine had room for all your servers when they started, so nothing was moved.",
     "start-failed": "Your servers were moved, but {started} did not start.",
 }
@@ -111,11 +111,7 @@ def set_move_failed(
         verb = "runs" if len(known.running) == 1 else "run"
         said.append(f"{_capital(_names(known.running, display_names))} {verb} again.")
     if known.not_started:
-        them = "it" if len(known.not_started) == 1 else "them"
-        said.append(
-            f"{_capital(_names(known.not_started, display_names))} did not start again: "
-            f"start {them} on the home page."
-        )
+        said.append(f"Start {_names(known.not_started, display_names)} on the home page.")
     if outcome in ("stop-failed", "release-timeout", "no-room"):
         said.append(f"{_capital(label(start))} was not started.")
     if detail:

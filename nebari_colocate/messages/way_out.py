@@ -40,8 +40,8 @@ OUTCOME_WORDS: dict[str, OutcomeWords] = {
         "Nothing was stopped: what blocks {started} has changed since it was refused "
         "(a server started or stopped in between). Start {started} again to see what "
         "blocks it now.",
-        "Nothing was stopped: {stopped} no longer {keep} that node running alone (a server "
-        "started or stopped in between). Reload the home page to see what runs now.",
+        "Nothing was stopped: {stopped} no longer {keep} that machine running alone. Reload "
+        "the home page to see what runs now.",
     ),
     "busy": OutcomeWords(
         "Nothing was stopped: another way out of yours is under way. Wait for it to end, "
@@ -55,12 +55,10 @@ OUTCOME_WORDS: dict[str, OutcomeWords] = {
         "{did_not_stop}. {Stopped} {was} not started again: start {them} on the home page.",
     ),
     "release-timeout": OutcomeWords(
-        "{Stopped} stopped, but the home volume was not released within {seconds:g} s "
-        "(way_out_release_timeout); {started} was not started. Try starting it again in a "
-        "minute; if it keeps failing, an administrator can help.",
-        "{Stopped} stopped, but the home volume was not released within {seconds:g} s "
-        "(way_out_release_timeout). Start {them} again in a minute; if it keeps failing, an "
-        "administrator can help.",
+        "{Stopped} stopped, but your home folder was not freed within {seconds:g} seconds; "
+        "{started} was not started. Start it again in a minute, or ask an administrator.",
+        "{Stopped} stopped, but your home folder was not freed within {seconds:g} seconds. "
+        "Start {them} again in a minute, or ask an administrator.",
     ),
     "start-failed": OutcomeWords(
         "{Stopped} stopped, but {started} did not start.{then}",
@@ -72,9 +70,9 @@ OUTCOME_WORDS: dict[str, OutcomeWords] = {
 MOVE_NOTHING_STOPPED = "{did_not_stop}. Try the move again in a minute."
 #: a stop JupyterHub gave up on: it shows the server stopped, its pod is still there
 LEFT_BEHIND_WORDS = OutcomeWords(
-    "{did_not_stop}, so {started} was not started. An administrator can remove what is left "
-    "of {still}; then start {started} again.",
-    "{did_not_stop}. An administrator can remove what is left of {still}; then try the move again.",
+    "{did_not_stop}, so {started} was not started. Ask an administrator to remove {still}, then "
+    "start {started} again.",
+    "{did_not_stop}. Ask an administrator to remove {still}, then try the move again.",
 )
 
 #: why a server did not stop (``wayout.StepFacts.why``)
@@ -82,7 +80,7 @@ STOP_FAILURES = {
     "still-running": "it is still running",
     "too-slow": "it took too long",
     "error": "the hub log says why",
-    "left-behind": "JupyterHub gave up stopping it, and it still holds your home volume",
+    "left-behind": "it is stuck",
 }
 
 #: an outcome without words names itself
@@ -216,7 +214,7 @@ def way_out_failed_html(outcome: str, **kwargs: Any) -> str:
 def premium_ride_text(
     servers: Sequence[str], display_names: Mapping[str, str] | None = None, *, kind: str = "GPU"
 ) -> str:
-    """ "'Pandas App' keeps a GPU node running: move it to a standard node" (the home pages'
+    """ "'Pandas App' keeps a GPU machine running: move it to a standard machine" (the home pages'
     notice once the user's GPU lab has stopped while these servers ride on its node)."""
     return f"{_ride_subject(servers, display_names, kind)}: {_ride_action(servers)}"
 
@@ -227,11 +225,11 @@ def _ride_subject(
     names = _join([server_label(s, display_names) for s in servers])
     names = names[:1].upper() + names[1:]
     verb = "keeps" if len(servers) == 1 else "keep"
-    return f"{names} {verb} a {kind} node running"
+    return f"{names} {verb} a {kind} machine running"
 
 
 def _ride_action(servers: Sequence[str]) -> str:
-    return f"move {'it' if len(servers) == 1 else 'them'} to a standard node"
+    return f"move {'it' if len(servers) == 1 else 'them'} to a standard machine"
 
 
 def premium_ride_html(
@@ -313,11 +311,10 @@ def way_out_busy_label(way_out: WayOut, display_names: Mapping[str, str] | None 
 def way_out_form_html(
     way_out: WayOut, *, action: str, display_names: Mapping[str, str] | None = None
 ) -> str:
-    """The way out as a form: the list of what it stops and the button that POSTs it to the
-    hub's handler at ``action`` (``stop`` fields; the page adds ``_xsrf``).  Hidden until a page
-    of nebari-colocate's shows it; every name is escaped."""
+    """The way out as a form: the button, which says what it stops and starts, and POSTs it to
+    the hub's handler at ``action`` (``stop`` fields; the page adds ``_xsrf``).  Hidden until a
+    page of nebari-colocate's shows it; every name is escaped."""
     esc = html.escape
-    stops = "".join(f"<li>{esc(server_label(n, display_names))}</li>" for n in way_out.stop)
     fields = "".join(
         f'<input type="hidden" name="stop" value="{esc(n, quote=True)}">' for n in way_out.stop
     )
@@ -326,8 +323,6 @@ def way_out_form_html(
     return (
         f'<form class="{WAY_OUT_FORM_CLASS}" method="post" action="{esc(action, quote=True)}" '
         f'data-busy="{busy}" hidden style="text-align: left; margin: 0.5rem 0">'
-        "<div>One click stops:</div>"
-        f'<ul class="colocate-way-out-stops">{stops}</ul>'
         f"{fields}"
         # styled inline: jhub-apps' pages reset buttons to plain text (its CSS has no .btn)
         '<button type="submit" class="btn btn-primary colocate-way-out-button" style="'
@@ -344,15 +339,10 @@ def event_refusal(
     *,
     action: str = "",
 ) -> tuple[str, str]:
-    """(text, html) for a spawn ended by a hopeless pod event, with its way out when the
-    verdict has one (:func:`event_failure`, then "The way out: …" and, given the handler's URL
-    ``action``, its form)."""
-    message, message_html = event_failure(verdict, server_name, display_names)
-    if verdict.way_out is None:
-        return message, message_html
-    sentence = f"The way out: {way_out_sentence(verdict.way_out, display_names)}"
-    body = f'<div class="colocate-way-out">{html.escape(sentence)}</div>'
-    if action:
-        body += way_out_form_html(verdict.way_out, action=action, display_names=display_names)
-    shown = message_html.removesuffix("</div>") + body + "</div>"
-    return f"{message} {sentence}", shown
+    """(text, html) for a spawn ended by a hopeless pod event (:func:`event_failure`), with its
+    way out's form (the button) when the verdict has one and the handler's URL ``action`` is
+    given."""
+    button = ""
+    if verdict.way_out is not None and action:
+        button = way_out_form_html(verdict.way_out, action=action, display_names=display_names)
+    return event_failure(verdict, server_name, display_names, button=button)

@@ -255,7 +255,8 @@ async def test_explain_shows_servers_claims_and_the_pinned_nodes_headroom(kube, 
     assert gpu["new_server"]["verdict"] == "refuse"
     assert gpu["new_server"]["reasons"] == ["insufficient:nvidia.com/gpu", "node-selector"]
     assert gpu["new_server"]["holders"] == ["jupyter-alice--pandas-app"]
-    assert "stop 'pandas-app' first" in gpu["new_server"]["message"]
+    assert "'pandas-app' uses your home folder" in gpu["new_server"]["headline"]
+    assert gpu["new_server"]["message"].startswith(gpu["new_server"]["headline"] + " Details: ")
 
 
 async def test_explain_of_a_user_with_nothing_running_is_not_pinned(kube, capsys):

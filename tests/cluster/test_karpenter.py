@@ -119,7 +119,7 @@ async def test_gpu_lab_blocked_stock_waits_pending_and_karpenter_adds_no_node(ku
         print(f"karpenter, gpu lab blocked: {message}")
         assert verdict.reason == "no-scale-up", verdict
         assert "colocation" in verdict.causes
-        assert "where your other servers are" in messages.event_text(verdict)
+        assert "where your other servers are" in messages.event_words(verdict)
     finally:
         start.cancel()
 
@@ -180,7 +180,7 @@ async def test_karpenters_nomination_keeps_the_spawn_waiting_until_its_node_runs
     await start
     assert nominated is not None, seen
     assert nominated.action == "wait"
-    assert "autoscaler is adding one" in messages.event_text(nominated)
+    assert "autoscaler is adding one" in messages.event_words(nominated)
     node = await node_of(kube, lab.pod_name)
     claim = nominated.raw.removeprefix("Pod should schedule on: nodeclaim/").split(",")[0]
     # The nomination names the NodeClaim; the pod runs on the Node Karpenter made for it, whose
@@ -249,7 +249,8 @@ async def test_capacity_cap_stock_waits_and_karpenter_names_the_colocation(kube,
         assert verdict.reason == "no-scale-up", verdict
         assert "colocation" in verdict.causes
         # The person is told about the co-location, not about the GPU pool's taint.
-        words = messages.event_text(verdict)
+        words = messages.event_words(verdict)
+        assert "must run beside your other servers" in messages.event_text(verdict)
         assert "where your other servers are" in words
         assert "taint" not in words and "reserved" not in words
     finally:

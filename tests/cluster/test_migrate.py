@@ -715,8 +715,7 @@ async def test_a_spawn_during_the_move_is_refused_and_works_after_it(deployment,
         await spawners.start(spawner)
     message = refused.value.jupyterhub_message
     assert message.startswith(
-        "Your default server cannot start: your home folder is being moved to new storage by "
-        "an administrator (since "
+        "Your default server cannot start. Your home folder is being moved to new storage (since "
     )
     assert "Try again in a few minutes" in message
     assert refused.value.decision.reasons == ["home-being-moved"]

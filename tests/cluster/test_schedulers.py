@@ -254,8 +254,9 @@ async def test_a_pod_naming_a_scheduler_nobody_runs_ends_in_words_after_the_boun
     assert verdict.reason == "no-scheduler"
     assert verdict.scheduler == "jhub-user-schedular"
     assert (
-        "No scheduler has picked up your server: the cluster's scheduler 'jhub-user-schedular' "
-        "may not be running. An administrator must fix it; trying again will not help until then."
+        "Nothing in the cluster is placing new servers right now. Please tell your administrator. "
+        "Trying again will not help until it is fixed. Details: No scheduler has picked up your "
+        "server: the cluster's scheduler 'jhub-user-schedular' may not be running."
     ) in refused.value.jupyterhub_message
     assert 5 <= elapsed < 15, elapsed
     log = "\n".join(r.getMessage() for r in caplog.records)

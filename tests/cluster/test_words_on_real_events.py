@@ -29,7 +29,7 @@ from .test_real_attach import home_pv
 MISSING_CLASS = "no-such-class"
 ATTACH_FAILED = "FailedAttachVolume"
 STORAGE_WORDS = "the storage it asks for is not available"
-WAITING_WORDS = "Waiting for the storage volume of this server to be provided"
+WAITING_WORDS = "Waiting for the storage of this server"
 
 
 async def _events_of(kube, kind: str, name: str) -> list:
@@ -95,7 +95,7 @@ async def test_a_home_of_a_storage_class_that_does_not_exist_is_told_as_storage_
     assert verdict.reason == "unschedulable"
     text = error.jupyterhub_message
     assert STORAGE_WORDS in text
-    assert "an administrator must fix the storage" in text
+    assert "Please tell your administrator." in text
     assert "smaller profile" not in text.lower()
     for event in yielded:
         shown = json.dumps(event).lower()

@@ -45,8 +45,11 @@ class Verdict:
     page: str  # a key of MESSAGE_SELECTORS
     seconds: float
     text: str  # the visible text of the message element
-    holders: list[str]  # texts of the <li> of ul.colocate-holders, when rendered as HTML
-    reasons: list[str]  # texts of the <li> of ul.colocate-reasons, when rendered as HTML
+    headline: str  # the visible text of .colocate-headline, when rendered as HTML ("" if not)
+    #: the technical facts under the closed "Details" (textContent: shown or not), when rendered
+    #: as HTML
+    details: list[str]
+    details_open: bool  # whether a "Details" disclosure is open (never, until clicked)
 
 
 MESSAGE_SELECTORS = {
@@ -79,8 +82,14 @@ async def wait_for_verdict(page: Page, phrase: str = "cannot start") -> Verdict:
                     page=name,
                     seconds=time.monotonic() - started,
                     text=await element.inner_text(),
-                    holders=await element.locator("ul.colocate-holders > li").all_inner_texts(),
-                    reasons=await element.locator("ul.colocate-reasons > li").all_inner_texts(),
+                    headline=" ".join(
+                        await element.locator(".colocate-headline").all_inner_texts()
+                    ),
+                    details=await element.locator(
+                        "details.colocate-details li"
+                    ).all_text_contents(),
+                    details_open=await element.locator("details.colocate-details[open]").count()
+                    > 0,
                 )
         if time.monotonic() > deadline:
             body = await page.locator("body").inner_text()

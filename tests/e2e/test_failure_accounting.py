@@ -104,7 +104,7 @@ async def test_rest_api_refusal_carries_the_user_message(kube, start_hub):
     status, body = await hub.request_server("alice", "", {"profile": "gpu"})
     assert status == 400, body
     message = body["message"]
-    assert message.startswith("Your default server cannot start:"), message
+    assert message.startswith("Your default server cannot start."), message
     assert "in use by 'pandas-app'" in message
     assert "verdict=" not in message and "jupyter-alice" not in message
 

@@ -43,8 +43,9 @@ async def test_add_new_server_on_the_home_page(kube, start_hub, browser_page, ar
     assert verdict.page == "error-page"
     await expect(page.locator("div.error h1")).to_have_text("400 : Bad Request")
     assert "Your server 'big-app' cannot start" in verdict.text
-    assert "it needs 2 CPU but node" in verdict.text
-    assert verdict.reasons and verdict.holders == ["your default server"]
+    assert "Your default server uses your home folder" in verdict.headline
+    assert any("It needs 2 CPU but node" in line for line in verdict.details), verdict.details
+    assert not verdict.details_open and "cpu-1" not in verdict.text
 
     assert set(await user_pods(kube, "alice")) == {""}
     assert page.dialogs == []

@@ -70,7 +70,9 @@ async def test_hostile_app_name_is_text_on_every_page(kube, start_hub, browser_p
     verdict = await wait_for_verdict(page)
     await screenshot(page, artifacts / f"hostile-name-{verdict.page}.png")
     assert verdict.page == "spawn-pending"
-    assert sorted(verdict.holders) == sorted(expected_holders)
+    for holder in set(expected_holders):
+        assert holder in verdict.headline, verdict.headline
+    assert verdict.details and not verdict.details_open
     assert HOSTILE in verdict.text
     assert await page.locator("#progress-message img, #progress-log img").count() == 0
 
@@ -78,7 +80,8 @@ async def test_hostile_app_name_is_text_on_every_page(kube, start_hub, browser_p
     failed = await wait_for_verdict(page)
     await screenshot(page, artifacts / f"hostile-name-{failed.page}.png")
     assert failed.page == "spawn-failed"
-    assert sorted(failed.holders) == sorted(expected_holders)
+    for holder in set(expected_holders):
+        assert holder in failed.headline, failed.headline
     assert await page.locator("div.container img").count() == 0
 
     assert page.dialogs == [], f"a script ran: {page.dialogs}"

@@ -99,9 +99,11 @@ async def test_create_app_refused_shows_the_reason(kube, start_hub, browser_page
     await screenshot(page, shot(artifacts, "create-app-refused-spawn-pending"))
     text = await message.inner_text()
     assert "Your server 'GPU Dashboard' cannot start" in text, text
-    assert "needs a GPU node" in text
-    holders = await message.locator("ul.colocate-holders > li").all_inner_texts()
-    assert holders == ["'Pandas App'"]
+    headline = await message.locator(".colocate-headline").inner_text()
+    assert "'Pandas App' uses your home folder on a machine with no GPU" in headline, headline
+    details = await message.locator("details.colocate-details li").all_text_contents()
+    assert any("needs a GPU node" in line for line in details), details
+    await expect(message.locator("details.colocate-details:not([open])")).to_have_count(1)
     assert "gpu-dashboard" not in text and "pandas-app" not in text  # names, not slugs
 
     # Coming back later: the failed page nebari-colocate installs, not jhub-apps' redirect home.
@@ -112,7 +114,10 @@ async def test_create_app_refused_shows_the_reason(kube, start_hub, browser_page
     assert "/hub/spawn-pending/alice/gpu-dashboard" in page.url
     await screenshot(page, shot(artifacts, "create-app-refused-reload"))
     assert "Your server 'GPU Dashboard' cannot start" in await failed.inner_text()
-    assert await failed.locator("ul.colocate-holders > li").all_inner_texts() == ["'Pandas App'"]
+    assert (
+        "'Pandas App' uses your home folder"
+        in await failed.locator(".colocate-headline").inner_text()
+    )
 
     assert set(await user_pods(kube, "alice")) == {"pandas-app"}
     assert hub.hub.alive()
@@ -155,7 +160,10 @@ async def test_start_on_the_home_page_refused_shows_the_reason(
     await screenshot(page, shot(artifacts, "home-start-refused"))
     text = await refusal.inner_text()
     assert "Your server 'GPU Dashboard' cannot start" in text, text
-    assert await refusal.locator("ul.colocate-holders > li").all_inner_texts() == ["'JupyterLab'"]
+    assert (
+        "'JupyterLab' uses your home folder"
+        in await refusal.locator(".colocate-headline").inner_text()
+    )
 
     # jhub-apps read the app's state once, right after its start's 202, while the refusal was
     # held pending ("Pending"); told to read again when the spawn ended, its card says what the

@@ -4,12 +4,13 @@ premium node").
 alice's GPU lab runs on the GPU node; an app of hers that needs no GPU (its profile tolerates
 the GPU taint, as ``singleuser.extraTolerations`` makes every pod do) follows it there
 (``premium_node_policy`` warn); the lab stops. JupyterHub's home page (and, on JupyterHub 5,
-jhub-apps' home) shows "'<app>' keeps a GPU node running: move it to a standard node"; the click
-stops the app, waits until the real attach/detach controller has detached the home from the GPU
-node, starts the app again with its options, and it runs on the CPU node. bob sees no notice;
-a POST of bob's for alice's app is refused (403) and stops nothing. The app's server name is
-harmless here (JupyterHub's names are restricted); its display name on jhub-apps carries HTML,
-shown escaped. Screenshots: test-artifacts/e2e/jupyterhub-<version>/premium-move-*.png.
+jhub-apps' home) shows "'<app>' keeps a GPU machine running: move it to a standard machine";
+the click stops the app, waits until the real attach/detach controller has detached the home
+from the GPU node, starts the app again with its options, and it runs on the CPU node. bob
+sees no notice; a POST of bob's for alice's app is refused (403) and stops nothing. The app's
+server name is harmless here (JupyterHub's names are restricted); its display name on jhub-apps
+carries HTML, shown escaped.
+Screenshots: test-artifacts/e2e/jupyterhub-<version>/premium-move-*.png.
 """
 
 from __future__ import annotations
@@ -53,7 +54,7 @@ async def riding_app(kube, hub, app_body: dict) -> None:
 
 async def click_the_move(page, hub, kube, artifacts, name: str, shown: str) -> None:
     notice = page.locator(".colocate-premium-ride")
-    await expect(notice).to_contain_text(f"{shown} keeps a GPU node running:")
+    await expect(notice).to_contain_text(f"{shown} keeps a GPU machine running:")
     await screenshot(page, artifacts / f"premium-move-{name}-notice.png")
     clicked = time.monotonic()
     await notice.locator("button.colocate-move-button").click()

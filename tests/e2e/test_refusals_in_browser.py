@@ -56,6 +56,7 @@ class Scenario:
     request: tuple[str, str]  # (server name, profile slug), requested in the browser
     phrases: list[str]  # must appear in the message text
     holders: list[str]  # the user's servers the message names, as it names them
+    details: list[str] = field(default_factory=list)  # in the technical facts (Details)
     spawner: dict = field(default_factory=dict)
 
 
@@ -97,10 +98,9 @@ SCENARIOS = [
         request=("", "gpu"),
         phrases=[
             "Your default server cannot start",
-            "needs a GPU node (nvidia.com/gpu)",
-            "node cpu-1",
-            "stop 'pandas-app' first",
+            "'pandas-app' uses your home folder on a machine with no GPU",
         ],
+        details=["It needs a GPU node (nvidia.com/gpu); node cpu-1 has none."],
         holders=["'pandas-app'"],
     ),
     Scenario(
@@ -113,7 +113,11 @@ SCENARIOS = [
         ],
         preconditions=[("", "large")],
         request=("big-app", "medium"),
-        phrases=["Your server 'big-app' cannot start", "has only", "stop your default server"],
+        phrases=[
+            "Your server 'big-app' cannot start",
+            "Your default server uses your home folder on a machine without enough free CPU",
+        ],
+        details=["where your volume is attached, has only"],
         holders=["your default server"],
     ),
     Scenario(
@@ -127,9 +131,10 @@ SCENARIOS = [
         request=("dashboard", "standard"),
         phrases=[
             "Your server 'dashboard' cannot start",
-            "node gpu-1, where your volume is attached, is a GPU node",
-            "choose a profile with a GPU",
+            "It needs no GPU, but your default server uses your home folder on a GPU machine",
+            "choose a GPU profile",
         ],
+        details=["Node gpu-1, where your volume is attached, is a GPU node"],
         holders=["your default server"],
         spawner={"premium_node_policy": "refuse"},
     ),
@@ -168,10 +173,14 @@ async def test_refusal_is_shown_on_the_spawn_page(
     for phrase in scenario.phrases:
         assert phrase in verdict.text, f"{phrase!r} not in the message: {verdict.text!r}"
     if path == "spawn-pending":
-        # The HTML message: one <li> per reason, one <li> per server of the user's own.
-        assert verdict.reasons, verdict.text
-        assert verdict.holders == scenario.holders
-        await expect(page.locator("#progress-message ul.colocate-holders")).to_be_visible()
+        # The HTML message: the plain headline, the technical facts under a closed Details.
+        for holder in scenario.holders:
+            assert holder in verdict.headline.lower(), verdict.headline
+        for line in scenario.details:
+            assert any(line in shown for shown in verdict.details), verdict.details
+        assert not verdict.details_open
+        assert "node" not in verdict.text.lower().replace("nodes", ""), verdict.text
+        await expect(page.locator("#progress-message details.colocate-details")).to_be_visible()
         await expect(page.locator("#progress-bar")).to_have_class(re.compile("bg-danger"))
 
         # Coming back to the page later: JupyterHub's "Spawn failed" page, with the same HTML.
@@ -179,15 +188,15 @@ async def test_refusal_is_shown_on_the_spawn_page(
         failed = await wait_for_verdict(page)
         await screenshot(page, artifacts / f"{scenario.name}-{failed.page}.png")
         assert failed.page == "spawn-failed"
-        assert failed.holders == scenario.holders
-        assert failed.reasons == verdict.reasons
+        assert failed.headline == verdict.headline
+        assert failed.details == verdict.details and not failed.details_open
     else:
         # JupyterHub's spawn.html prefers the text message ("Error: ...") over the HTML one:
         # the user's servers are named in the sentence, and no HTML list is rendered.
         assert verdict.text.startswith("Error: ")
         for holder in scenario.holders:
             assert f"in use by {holder}" in verdict.text
-        assert verdict.holders == []
+        assert verdict.headline == ""
         # The form is there to choose another profile.
         await expect(page.locator("#spawn_form button[type=submit]")).to_be_visible()
 

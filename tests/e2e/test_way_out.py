@@ -246,10 +246,9 @@ async def test_a_server_jupyterhub_gave_up_stopping_is_named_as_left_behind_not_
         page = html.unescape(body)
         print(f"the hub's error page: {page[page.find('dash') - 1 :][:300]}")
         assert (
-            "'dash' stopped, but 'pandas-app' did not stop (JupyterHub gave up stopping it, and "
-            "it still holds your home volume), so your default server was not started. An "
-            "administrator can remove what is left of 'pandas-app'; then start your default "
-            "server again."
+            "'dash' stopped, but 'pandas-app' did not stop (it is stuck), so your default server "
+            "was not started. Ask an administrator to remove 'pandas-app', then start your "
+            "default server again."
         ) in page
         assert (await hub.server_model("alice", "pandas-app") or {}).get("ready") is not True
         assert set(await user_pods(kube, "alice")) == {"pandas-app"}

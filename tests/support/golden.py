@@ -174,6 +174,9 @@ def _refusal_words(new_pod: dict[str, Any], decision: Decision, server: str) -> 
     text = messages.user_message(decision, new_pod, **args)
     lines = [
         f"verdict: {decision.verdict} reasons: {decision.reasons} warnings: {decision.warnings}",
+        f"user_headline: {messages.user_headline(decision, new_pod, **args)}",
+        f"user_headline (display names): "
+        f"{messages.user_headline(decision, new_pod, display_names=DISPLAY, **args)}",
         f"user_message: {text}",
         f"user_message (display names): "
         f"{messages.user_message(decision, new_pod, display_names=DISPLAY, **args)}",
@@ -186,6 +189,11 @@ def _refusal_words(new_pod: dict[str, Any], decision: Decision, server: str) -> 
     ]
     if decision.way_out is not None:
         lines.append(f"way_out_sentence: {messages.way_out_sentence(decision.way_out, DISPLAY)}")
+        button = messages.way_out_form_html(decision.way_out, action=ACTION, display_names=DISPLAY)
+        lines.append(
+            "user_html (with the way out's button): "
+            f"{messages.user_html(decision, new_pod, display_names=DISPLAY, button=button, **args)}"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -337,7 +345,12 @@ def _verdicts() -> Iterator[tuple[str, EventVerdict]]:
 def _event_words() -> Iterator[tuple[str, str]]:
     blocks = []
     for name, verdict in _verdicts():
-        lines = [f"## {name}", f"event_text: {messages.event_text(verdict)}"]
+        lines = [
+            f"## {name}",
+            f"event_text: {messages.event_text(verdict)}",
+            f"event_details_text: {messages.event_details_text(verdict)}",
+            f"event_progress_html: {messages.event_progress_html(verdict)}",
+        ]
         if verdict.action == events.FAIL:
             for server in ("", "pandas-app"):
                 failure = messages.event_failure(verdict, server, DISPLAY)

@@ -63,7 +63,7 @@ def test_kubespawners_raw_client_exceptions_are_named(test_variation_id, exc, ex
 @pytest.mark.parametrize("fault", sorted(messages.API_FAULTS))
 def test_every_fault_has_words_and_escaped_html(fault):
     text = messages.api_fault_message(fault, server_name="<b>app</b>", detail="HTTP 403 Forbidden")
-    assert text.startswith("Your server '<b>app</b>' could not start: the Kubernetes API server")
+    assert text.startswith("Your server '<b>app</b>' could not start: the cluster")
     assert "try again" in text or "administrator" in text
     html = messages.api_fault_html(fault, server_name="<b>app</b>", detail="x")
     assert "<b>app</b>" not in html and "&lt;b&gt;app&lt;/b&gt;" in html

@@ -1075,7 +1075,7 @@ def test_simulate_json_offers_the_move_of_the_whole_set_beside_the_way_out(capsy
         "start": "big-app",
         "move": {"restart": [""], "start": "big-app", "node": "cpu-2", "new_node": False},
     }
-    assert result["message"].endswith(
+    assert (
         "Or: Restart your default server together on a machine with room for both, then start "
-        "'big-app' (running kernels restart)."
-    )
+        "'big-app'. Running kernels restart. Details: "
+    ) in result["message"]

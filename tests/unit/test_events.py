@@ -278,7 +278,7 @@ def check(case: Case) -> EventVerdict:
         now=T0 + timedelta(seconds=case.now),
         **case.options,
     )
-    text = messages.event_text(verdict)
+    text = messages.event_words(verdict)
     assert verdict.code == case.want_code, (verdict, text)
     assert verdict.action == (FAIL if case.want_code in EVENT_REASON_CODES else WAIT)
     assert verdict.reason == (case.want_code if verdict.action == FAIL else None)
@@ -364,7 +364,7 @@ PINNED_NODE = [
         "pinned_node_that_became_free_after_a_failure_waits",
         [scheduler(CPU_FULL, 0), core("Scheduled", SCHEDULED, 20)],
         PROGRESS,
-        want_words=("Assigned to a node",),
+        want_words=("A machine was found for the server",),
         want_facts={"event": "Scheduled"},
         pinned_node="cpu-1",
         now=30,
@@ -606,7 +606,7 @@ ATTACHED_ELSEWHERE = [
             attach("FailedAttachVolume", MULTI_ATTACH_EXCLUSIVE, 1),
         ],
         PROGRESS,
-        want_words=("Waiting for the storage volume to be detached from another node",),
+        want_words=("Waiting for your home folder to be freed on another machine",),
         now=2,
     ),
     Case(
@@ -646,7 +646,7 @@ ATTACHED_ELSEWHERE = [
             attach("FailedAttachVolume", WAITING_FOR_DETACH_EXCLUSIVE, 1),
         ],
         PROGRESS,
-        want_words=("Waiting for the storage volume to be detached from another node",),
+        want_words=("Waiting for your home folder to be freed on another machine",),
         now=59,
     ),
     Case(
@@ -680,7 +680,7 @@ ATTACHED_ELSEWHERE = [
             attach("SuccessfulAttachVolume", ATTACHED_1234, 40),
         ],
         PROGRESS,
-        want_words=("Storage volume attached",),
+        want_words=("Your home folder is ready",),
         want_facts={"event": "SuccessfulAttachVolume"},
         now=41,
     ),
@@ -691,7 +691,7 @@ ATTACHED_ELSEWHERE = [
             attach("SuccessfulAttachVolume", ATTACHED_1234, 40),
         ],
         PROGRESS,
-        want_words=("Storage volume attached",),
+        want_words=("Your home folder is ready",),
         want_facts={"event": "SuccessfulAttachVolume"},
         now=41,
     ),
@@ -799,7 +799,7 @@ IMAGES = [
             kubelet("Pulling", PULLING_INIT, 40),
         ],
         PROGRESS,
-        want_words=("Downloading the server image",),
+        want_words=("Downloading the server's software",),
         want_facts={"event": "Pulling"},
         now=300,
     ),
@@ -810,7 +810,7 @@ IMAGES = [
             kubelet("BackOff", CRASH_LOOP, 5, last=900),
         ],
         PROGRESS,
-        want_words=("Server container started",),
+        want_words=("The server started",),
         want_facts={"event": "Started"},
         now=1000,
     ),
@@ -834,7 +834,7 @@ EVERYTHING_ELSE = [
             kubelet("Started", "Started container notebook", 61),
         ],
         PROGRESS,
-        want_words=("Server container started",),
+        want_words=("The server started",),
         want_facts={"event": "Started"},
         pinned_node="cpu-1",
         now=62,
@@ -848,7 +848,7 @@ EVERYTHING_ELSE = [
             kubelet("Pulling", PULLING, 201),
         ],
         PROGRESS,
-        want_words=("Downloading the server image",),
+        want_words=("Downloading the server's software",),
         want_facts={"event": "Pulling"},
         now=400,
     ),
@@ -856,7 +856,7 @@ EVERYTHING_ELSE = [
         "kubelet_events_prove_the_pod_is_bound_when_scheduled_was_missed",
         [scheduler(CPU_FULL, 0), kubelet("Pulling", PULLING, 100)],
         PROGRESS,
-        want_words=("Downloading the server image",),
+        want_words=("Downloading the server's software",),
         want_facts={"event": "Pulling"},
         now=400,
     ),
@@ -943,7 +943,10 @@ MULTI_ATTACH_HOLDERS = [
             MULTI_ATTACH_MIXED,
             {"jupyter-alice--app": "app"},
             want_holders=("jupyter-alice--app", "jupyter-bob"),
-            want_words=("in use by 'app' and 1 server(s) of other users.", "Stop 'app'"),
+            want_words=(
+                "in use by 'app' and 1 server(s) of other users.",
+                "in use by 'app' on another machine. Stop it",
+            ),
             want_absent=("bob",),
         ),
         id="own_app_is_named_and_another_users_pod_only_counted",
@@ -955,7 +958,7 @@ MULTI_ATTACH_HOLDERS = [
             want_holders=("jupyter-alice",),
             want_words=(
                 "your default server and 1 pod(s) in other namespaces",
-                "Stop your default server",
+                "still in use by your default server on another machine. Stop it",
             ),
         ),
         id="own_default_server_is_named_and_pods_in_other_namespaces_counted",
@@ -1006,7 +1009,10 @@ MULTI_ATTACH_HOLDERS = [
             WAITING_FOR_DETACH_USED,
             {"jupyter-alice--pandas-app": "pandas-app"},
             want_holders=("jupyter-alice--pandas-app",),
-            want_words=("in use by 'pandas-app'.", "Stop 'pandas-app'"),
+            want_words=(
+                "in use by 'pandas-app'.",
+                "in use by 'pandas-app' on another machine. Stop it",
+            ),
             want_absent=("other server",),
         ),
         id="waiting_for_detach_names_the_users_own_server",
@@ -1016,7 +1022,10 @@ MULTI_ATTACH_HOLDERS = [
             WAITING_FOR_DETACH_MIXED,
             {"jupyter-alice--app": "app"},
             want_holders=("jupyter-alice--app", "jupyter-bob"),
-            want_words=("in use by 'app' and 1 server(s) of other users.", "Stop 'app'"),
+            want_words=(
+                "in use by 'app' and 1 server(s) of other users.",
+                "in use by 'app' on another machine. Stop it",
+            ),
             want_absent=("bob",),
         ),
         id="waiting_for_detach_counts_another_users_pod",
@@ -1075,7 +1084,7 @@ def test_multi_attach_words_name_only_the_users_own_servers(case: Holders) -> No
     )
     assert (verdict.action, verdict.code, verdict.raw) == (FAIL, MULTI_ATTACH, case.message)
     assert verdict.holders == case.want_holders
-    text = messages.event_text(verdict)
+    text = messages.event_words(verdict)
     for words in case.want_words:
         assert words in text
     for words in case.want_absent:
@@ -1234,7 +1243,7 @@ def test_the_operator_line_keeps_the_raw_event() -> None:
 def test_verdict_is_immutable() -> None:
     verdict = classify([], pinned_node=None, now=T0)
     assert verdict == EventVerdict(WAIT, PROGRESS)
-    assert messages.event_text(verdict) == ""
+    assert messages.event_words(verdict) == ""
     with pytest.raises(dataclasses.FrozenInstanceError):
         verdict.code = FAIL  # type: ignore[misc]
 
@@ -1255,7 +1264,7 @@ def test_scale_up_words_mention_a_gpu_when_the_pod_requests_one(
     ]
     verdict = classify(events, pinned_node=None, now=T0 + timedelta(seconds=5), wants_gpu=wants_gpu)
     assert (verdict.action, verdict.code, verdict.gpu) == (WAIT, SCALING_UP, wants_gpu)
-    assert expect in messages.event_text(verdict)
+    assert expect in messages.event_words(verdict)
 
 
 # --- Karpenter 1.15: one reason per NodePool, joined by "; " -----------------------------------

@@ -37,7 +37,7 @@ def test_a_holder_with_a_saturated_request_fills_its_node_and_is_reported():
     assert decision.verdict == REFUSE
     assert decision.reasons == ["insufficient:memory"]
     text = messages.user_message(decision, new, username="alice", server_name="")
-    assert "it needs 1 GiB but node cpu-1, where your volume is attached, has only 0 bytes" in text
+    assert "It needs 1 GiB but node cpu-1, where your volume is attached, has only 0 bytes" in text
 
 
 def test_a_pod_asking_for_more_than_int64_fits_no_node():

@@ -131,7 +131,7 @@ def test_spawn_pending_wraps_the_starting_words_and_tidies_after_a_refusal():
     start = page.index('<div id="colocate-starting">')
     assert "Your server is starting up." in page[start : page.index("progress-bar")]
     assert "new EventSource" in page  # JupyterHub's own script, unchanged
-    assert "window.colocateWayOut" in page and "seen[key]" in page
+    assert "window.colocateWayOut" in page and "if (told) entry.remove()" in page
 
 
 def test_the_failed_page_includes_the_way_outs_script():

@@ -11,6 +11,7 @@ from types import SimpleNamespace
 import pytest
 
 from nebari_colocate import jupyterhub as jh
+from nebari_colocate import messages
 from nebari_colocate.spawner import ColocatingKubeSpawner
 
 
@@ -234,3 +235,73 @@ def test_the_remembered_failure_is_recorded_for_the_operators_page():
     kept = the_history().refusals[-1]
     assert len(the_history().refusals) == before + 1
     assert (kept.user, kept.server, kept.way_out, kept.mode) == ("alice", "b", True, "enforce")
+
+
+async def test_from_the_refusal_on_every_progress_event_carries_the_way_out_and_it_is_said_once():
+    refusal = way_out_refusal({"stop": ["pandas-app"], "start": ""})
+    loop = asyncio.get_running_loop()
+    done = loop.create_future()
+    loop.call_later(1.2, done.set_result, None)  # a second turn of the stream, then the end
+
+    async def no_watch():
+        return None
+
+    spawner = SimpleNamespace(
+        events_enabled=True,
+        _start_watching_events=no_watch,
+        _start_future=done,
+        _held_refusal=refusal,
+        _colocation_decision=None,
+        events=[],
+        _pod_names_for_browser=lambda: (set(), set()),
+        colocation_mode="enforce",
+        slow_spawn_message_threshold=0.001,
+        slow_spawn_message_frequency=0.0,
+        slow_spawn_message="still waiting ({seconds} s)",
+    )
+    events = [event async for event in ColocatingKubeSpawner.progress(spawner)]
+    assert [e["message"] for e in events].count("words") == 1  # the refusal, said once
+    after = events[[e["message"] for e in events].index("words") :]
+    assert len(after) >= 2, events  # the refusal, then a later event (the patience message)
+    assert all(e["way_out"] == {"stop": ["pandas-app"], "start": ""} for e in after), after
+
+
+async def test_a_spawn_ended_by_its_pods_events_says_it_once_with_the_refusals_html_and_way_out():
+    from nebari_colocate import events as ev
+    from nebari_colocate.wayout import WayOut
+
+    verdict = ev.EventVerdict(
+        ev.FAIL, ev.MULTI_ATTACH, servers=("Pandas App",), way_out=WayOut(("pandas-app",), "")
+    )
+    loop = asyncio.get_running_loop()
+    done = loop.create_future()
+    done.set_result(None)
+
+    async def no_watch():
+        return None
+
+    names = {"": "JupyterLab", "pandas-app": "Pandas App"}
+    spawner = SimpleNamespace(
+        events_enabled=True,
+        _start_watching_events=no_watch,
+        _start_future=done,
+        _held_refusal=None,
+        _colocation_decision=object(),
+        classify_events=lambda: verdict,
+        events=[],
+        _pod_names_for_browser=lambda: (set(), set()),
+        colocation_mode="enforce",
+        name="",
+        server_display_names=lambda: names,
+        way_out_url=lambda: "/hub/colocate/way-out/alice/",
+    )
+    events = [event async for event in ColocatingKubeSpawner.progress(spawner)]
+    text, shown = messages.event_refusal(verdict, "", names, action="/hub/colocate/way-out/alice/")
+    assert events == [
+        {
+            "progress": 0,
+            "message": text,
+            "html_message": shown,
+            "way_out": verdict.way_out.as_json(),
+        }
+    ]

@@ -65,10 +65,10 @@ def test_the_refusal_says_the_home_is_being_moved_and_when_to_try_again():
     assert decision.claims == ["claim-alice"]
     assert decision.moving_since == "2026-12-01T09:12:30Z"
     text = messages.user_message(decision, new, username="alice", server_name="")
-    assert text == (
-        "Your default server cannot start: your home folder is being moved to new storage by an "
-        "administrator (since 09:12 UTC). Your files are kept safe meanwhile. Try again in a few "
-        "minutes; if it still cannot start after an hour, contact your administrator."
+    assert text.startswith(
+        "Your default server cannot start. Your home folder is being moved to new storage (since "
+        "09:12 UTC). Your files are safe. Try again in a few minutes. Details: Your home folder "
+        "is being moved to new storage by an administrator (since 09:12 UTC)."
     )
     html = messages.user_html(decision, new, username="alice", server_name="<b>x</b>")
     assert "&lt;b&gt;x&lt;/b&gt;" in html and "<b>x" not in html
@@ -81,8 +81,7 @@ def test_the_refusal_without_a_start_time_says_no_time():
     decision = decide(new, state(moving(pvc("claim-alice"), since=None)), Policy())
     text = messages.user_message(decision, new, username="alice", server_name="lab")
     assert text.startswith(
-        "Your server 'lab' cannot start: your home folder is being moved to new storage by an "
-        "administrator. "
+        "Your server 'lab' cannot start. Your home folder is being moved to new storage. "
     )
 
 
@@ -93,11 +92,12 @@ def test_a_move_that_stopped_part_way_says_an_administrator_must_finish_it():
     decision = decide(new, state(claim), Policy())
     assert decision.moving_stalled == "2026-12-01T09:20:00Z"
     text = messages.user_message(decision, new, username="alice", server_name="")
-    assert text == (
-        "Your default server cannot start: the move of your home folder to new storage stopped "
-        "part-way (at 09:20 UTC) and waits for an administrator. Your files are kept safe. "
-        "Trying again will not help until it is fixed: ask your administrator to finish the move "
-        "or put your home back (nebari-colocate migrate)."
+    assert text.startswith(
+        "Your default server cannot start. The move of your home folder to new storage stopped "
+        "part-way. Your files are safe. Ask your administrator to finish the move. Details: The "
+        "move of your home folder to new storage stopped part-way (at 09:20 UTC) and waits for "
+        "an administrator. An administrator finishes the move, or puts the home back, with "
+        "nebari-colocate migrate apply or rollback."
     )
 
 

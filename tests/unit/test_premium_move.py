@@ -253,19 +253,19 @@ def test_avoid_nodes_with_nothing_to_avoid_changes_nothing():
             "one-app-by-its-display-name",
             ["pandas-app"],
             {"pandas-app": "Pandas App"},
-            "'Pandas App' keeps a GPU node running: move it to a standard node",
+            "'Pandas App' keeps a GPU machine running: move it to a standard machine",
         ),
         (
             "two-servers",
             ["", "dash"],
             {"": "JupyterLab"},
-            "'JupyterLab' and 'dash' keep a GPU node running: move them to a standard node",
+            "'JupyterLab' and 'dash' keep a GPU machine running: move them to a standard machine",
         ),
         (
             "the-default-server-without-a-display-name",
             [""],
             {},
-            "Your default server keeps a GPU node running: move it to a standard node",
+            "Your default server keeps a GPU machine running: move it to a standard machine",
         ),
     ],
 )
@@ -284,7 +284,7 @@ def test_premium_ride_html_escapes_every_name_and_posts_the_servers():
     assert 'name="server" value="evil-app"' in page
     assert 'action="/hub/colocate/move/al%3Cice"' in page
     assert 'name="_xsrf"' in page and "jhdata" in page
-    assert "move it to a standard node</button>" in page
+    assert "move it to a standard machine</button>" in page
 
 
 @pytest.mark.parametrize(
@@ -328,7 +328,7 @@ RIDE = PremiumRide("gpu-1", "host-gpu-1", ("pandas-app",))
 def test_the_notice_on_the_home_page_and_the_operators_announcement_after_it():
     notice = HomeNotice("Maintenance on Friday")
     shown = notice(FakeUser([RIDE], {"pandas-app": "Pandas App"}))
-    assert "&#x27;Pandas App&#x27; keeps a GPU node running:" in shown
+    assert "&#x27;Pandas App&#x27; keeps a GPU machine running:" in shown
     assert 'action="/hub/colocate/move/alice"' in shown
     assert shown.endswith("<div>Maintenance on Friday</div>")
     # nothing to move: the operator's value as it was

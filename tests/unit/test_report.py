@@ -261,7 +261,7 @@ def test_explain_report_of_a_refused_gpu_lab_names_only_the_users_own_servers():
     text = messages.render_explain(result)
     assert "Starting the default server (the pod in lab.yaml)" in text
     assert "  verdict: refuse on node cpu-1: insufficient:nvidia.com/gpu, node-selector" in text
-    assert "stop 'app' first" in text
+    assert "'app' uses your home folder" in text
     assert "bob" not in text.split("Starting")[1]
 
 

@@ -216,7 +216,7 @@ PREEMPTION = [
 def test_a_pod_the_scheduler_makes_room_for_by_preemption_waits_within_a_bound(case: Case) -> None:
     verdict = check(case)
     # Preemption words count pods, they never name them.
-    assert "placeholder" not in messages.event_text(verdict)
+    assert "placeholder" not in messages.event_words(verdict)
 
 
 CREATED = T0
@@ -243,7 +243,7 @@ NO_SCHEDULER_ROWS = [
         want_words=(
             "No scheduler has picked up your server",
             "'jhub-user-scheduler' may not be running",
-            "trying again will not help until then",
+            "Trying again will not help until it is fixed",
         ),
         want_facts={"scheduler": "jhub-user-scheduler", "grace": 30.0},
         now=30,

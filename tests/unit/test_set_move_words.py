@@ -26,14 +26,14 @@ MOVE = Move(("", "pandas-app"), "big", "cpu-2")
             MOVE,
             NAMES,
             "Restart 'JupyterLab' and 'Pandas <App>' together on a machine with room for all "
-            "three, then start 'Big \"App\"' (running kernels restart).",
+            "three, then start 'Big \"App\"'. Running kernels restart.",
         ),
         (
             "onto-a-new-machine",
             Move(("pandas-app",), "big", None),
             {},
             "Restart 'pandas-app' together on a new machine with room for both, then start "
-            "'big' (running kernels restart).",
+            "'big'. Running kernels restart.",
         ),
     ],
 )
@@ -88,15 +88,23 @@ def test_a_refusal_for_lack_of_room_says_both_ways_out():
     text = messages.user_message(
         decision, new, username="alice", server_name="big", display_names=NAMES
     )
-    assert "The way out: Stop 'JupyterLab' and 'Pandas <App>' and start 'Big \"App\"'." in text
-    assert text.endswith(
+    assert "use your home folder on a machine without enough free CPU. Stop them, or " in text
+    assert (
         "Or: Restart 'JupyterLab' and 'Pandas <App>' together on a machine with room for all "
-        "three, then start 'Big \"App\"' (running kernels restart)."
-    )
+        "three, then start 'Big \"App\"'. Running kernels restart. Details: "
+    ) in text
+    assert decision.way_out is not None and decision.way_out.move is not None
+    button = messages.way_out_form_html(decision.way_out, action="/w", display_names=NAMES)
+    button += messages.move_form_html(decision.way_out.move, action="/m", display_names=NAMES)
     shown = messages.user_html(
-        decision, new, username="alice", server_name="big", display_names=NAMES
+        decision, new, username="alice", server_name="big", display_names=NAMES, button=button
     )
-    assert "Or: Restart &#x27;JupyterLab&#x27; and &#x27;Pandas &lt;App&gt;&#x27;" in shown
+    # on the page: the headline, then each way out once, as its button
+    headline = shown.split('class="colocate-headline">')[1].split("</div>")[0]
+    assert "Stop" not in headline and "Restart" not in headline
+    assert shown.count("Restart &#x27;JupyterLab&#x27; and &#x27;Pandas &lt;App&gt;&#x27;") == 1
+    assert shown.count("colocate-way-out-button") == 1
+    assert shown.count("colocate-set-move-button") == 1
 
 
 FACTS = StepFacts(stopped=("", "pandas-app"), running=("", "pandas-app"))
@@ -129,9 +137,9 @@ FACTS = StepFacts(stopped=("", "pandas-app"), running=("", "pandas-app"))
                 "detail": "Your server 'Pandas <App>' cannot start: not enough CPU.",
             },
             "No machine had room for all your servers when they started, so nothing was "
-            "moved. 'JupyterLab' runs again. 'Pandas <App>' did not start again: start it on the "
-            "home page. 'Big \"App\"' was not started. Your server 'Pandas <App>' cannot start: "
-            "not enough CPU.",
+            "moved. 'JupyterLab' runs again. Start 'Pandas <App>' on the home page. "
+            "'Big \"App\"' was not started. Your server 'Pandas <App>' cannot start: not enough "
+            "CPU.",
         ),
         (
             "stop-failed-the-stopped-one-runs-again",
@@ -148,8 +156,8 @@ FACTS = StepFacts(stopped=("", "pandas-app"), running=("", "pandas-app"))
             "release-timeout",
             "release-timeout",
             {"facts": FACTS, "seconds": 120},
-            "Your home volume was not released within 120 s (way_out_release_timeout), so nothing "
-            "was moved. 'JupyterLab' and 'Pandas <App>' run again. 'Big \"App\"' was not started.",
+            "Your home folder was not freed within 120 seconds, so nothing was moved. 'JupyterLab' "
+            "and 'Pandas <App>' run again. 'Big \"App\"' was not started.",
         ),
         (
             "start-failed-after-the-move",

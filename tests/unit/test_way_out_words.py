@@ -74,7 +74,7 @@ ROWS = [
         "stale",
         "one",
         "plain",
-        "Nothing was stopped: 'Pandas App' no longer keeps that node running alone (a server started or stopped in between). Reload the home page to see what runs now.",
+        "Nothing was stopped: 'Pandas App' no longer keeps that machine running alone. Reload the home page to see what runs now.",
         id="move-stale-one-plain",
     ),
     pytest.param(
@@ -90,7 +90,7 @@ ROWS = [
         "stale",
         "two",
         "plain",
-        "Nothing was stopped: 'JupyterLab' and 'B <b>' no longer keep that node running alone (a server started or stopped in between). Reload the home page to see what runs now.",
+        "Nothing was stopped: 'JupyterLab' and 'B <b>' no longer keep that machine running alone. Reload the home page to see what runs now.",
         id="move-stale-two-plain",
     ),
     pytest.param(
@@ -178,7 +178,7 @@ ROWS = [
         "release-timeout",
         "one",
         "plain",
-        "'Pandas App' stopped, but the home volume was not released within 0 s (way_out_release_timeout); 'JupyterLab' was not started. Try starting it again in a minute; if it keeps failing, an administrator can help.",
+        "'Pandas App' stopped, but your home folder was not freed within 0 seconds; 'JupyterLab' was not started. Start it again in a minute, or ask an administrator.",
         id="way-out-release-timeout-one-plain",
     ),
     pytest.param(
@@ -186,7 +186,7 @@ ROWS = [
         "release-timeout",
         "one",
         "plain",
-        "'Pandas App' stopped, but the home volume was not released within 0 s (way_out_release_timeout). Start it again in a minute; if it keeps failing, an administrator can help.",
+        "'Pandas App' stopped, but your home folder was not freed within 0 seconds. Start it again in a minute, or ask an administrator.",
         id="move-release-timeout-one-plain",
     ),
     pytest.param(
@@ -194,7 +194,7 @@ ROWS = [
         "release-timeout",
         "two",
         "plain",
-        "'JupyterLab' and 'B <b>' stopped, but the home volume was not released within 0 s (way_out_release_timeout); 'Pandas App' was not started. Try starting it again in a minute; if it keeps failing, an administrator can help.",
+        "'JupyterLab' and 'B <b>' stopped, but your home folder was not freed within 0 seconds; 'Pandas App' was not started. Start it again in a minute, or ask an administrator.",
         id="way-out-release-timeout-two-plain",
     ),
     pytest.param(
@@ -202,7 +202,7 @@ ROWS = [
         "release-timeout",
         "two",
         "plain",
-        "'JupyterLab' and 'B <b>' stopped, but the home volume was not released within 0 s (way_out_release_timeout). Start them again in a minute; if it keeps failing, an administrator can help.",
+        "'JupyterLab' and 'B <b>' stopped, but your home folder was not freed within 0 seconds. Start them again in a minute, or ask an administrator.",
         id="move-release-timeout-two-plain",
     ),
     pytest.param(
@@ -210,7 +210,7 @@ ROWS = [
         "release-timeout",
         "one",
         "detail",
-        "'Pandas App' stopped, but the home volume was not released within 120 s (way_out_release_timeout); 'JupyterLab' was not started. Try starting it again in a minute; if it keeps failing, an administrator can help.",
+        "'Pandas App' stopped, but your home folder was not freed within 120 seconds; 'JupyterLab' was not started. Start it again in a minute, or ask an administrator.",
         id="way-out-release-timeout-one-detail",
     ),
     pytest.param(
@@ -218,7 +218,7 @@ ROWS = [
         "release-timeout",
         "one",
         "detail",
-        "'Pandas App' stopped, but the home volume was not released within 120 s (way_out_release_timeout). Start it again in a minute; if it keeps failing, an administrator can help.",
+        "'Pandas App' stopped, but your home folder was not freed within 120 seconds. Start it again in a minute, or ask an administrator.",
         id="move-release-timeout-one-detail",
     ),
     pytest.param(
@@ -226,7 +226,7 @@ ROWS = [
         "release-timeout",
         "two",
         "detail",
-        "'JupyterLab' and 'B <b>' stopped, but the home volume was not released within 120 s (way_out_release_timeout); 'Pandas App' was not started. Try starting it again in a minute; if it keeps failing, an administrator can help.",
+        "'JupyterLab' and 'B <b>' stopped, but your home folder was not freed within 120 seconds; 'Pandas App' was not started. Start it again in a minute, or ask an administrator.",
         id="way-out-release-timeout-two-detail",
     ),
     pytest.param(
@@ -234,7 +234,7 @@ ROWS = [
         "release-timeout",
         "two",
         "detail",
-        "'JupyterLab' and 'B <b>' stopped, but the home volume was not released within 120 s (way_out_release_timeout). Start them again in a minute; if it keeps failing, an administrator can help.",
+        "'JupyterLab' and 'B <b>' stopped, but your home folder was not freed within 120 seconds. Start them again in a minute, or ask an administrator.",
         id="move-release-timeout-two-detail",
     ),
     pytest.param(
@@ -375,7 +375,7 @@ FACT_ROWS = [
         "stop-failed",
         StepFacts(stopped=("",), not_stopped=("b",), why=LEFT_BEHIND),
         "",
-        "'JupyterLab' stopped, but 'B <b>' did not stop (JupyterHub gave up stopping it, and it still holds your home volume), so 'Pandas App' was not started. An administrator can remove what is left of 'B <b>'; then start 'Pandas App' again.",
+        "'JupyterLab' stopped, but 'B <b>' did not stop (it is stuck), so 'Pandas App' was not started. Ask an administrator to remove 'B <b>', then start 'Pandas App' again.",
         id="way-out-jupyterhub-gave-up-on-one-of-two",
     ),
     pytest.param(
@@ -383,7 +383,7 @@ FACT_ROWS = [
         "stop-failed",
         StepFacts(stopped=("",), not_stopped=("b",), why=LEFT_BEHIND),
         "",
-        "'JupyterLab' stopped, but 'B <b>' did not stop (JupyterHub gave up stopping it, and it still holds your home volume). An administrator can remove what is left of 'B <b>'; then try the move again.",
+        "'JupyterLab' stopped, but 'B <b>' did not stop (it is stuck). Ask an administrator to remove 'B <b>', then try the move again.",
         id="move-jupyterhub-gave-up-on-one-of-two",
     ),
     pytest.param(
