@@ -376,7 +376,10 @@ class Session:
         except Exception as exc:
             self.record.moves_failed += 1
             outcome = getattr(exc, "outcome", type(exc).__name__)
-            self.record.errors.append(f"move: {self.user.name}/{server.name}: {outcome}")
+            detail = getattr(exc, "jupyterhub_message", None) or ""
+            self.record.errors.append(
+                f"move: {self.user.name}/{server.name}: {outcome} {str(detail)[:200]}".rstrip()
+            )
             # a server of the set that did not come back is lost too
             self.record.dead_ends += sum(1 for name in restart if name not in self.running)
             return server.name in self.running
@@ -560,7 +563,7 @@ def summary(run: Run) -> list[str]:
             lines.append(
                 "    refused for: " + ", ".join(f"{k} {v}" for k, v in sorted(r.reasons.items()))
             )
-        lines += [f"    error: {e}" for e in r.errors[:5]]
+        lines += [f"    error: {e}" for e in r.errors[:40]]
     records = run.records.values()
     lines.append(
         f"capacity: users={len(run.users)} dead-ends "

@@ -27,7 +27,7 @@ import contextlib
 import json
 import os
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping, Sequence
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -337,12 +337,18 @@ async def admitted_pod(api_client: Any, namespace: str, pod: Obj) -> JsonDict:
 
 
 async def hold_room(
-    core: Any, namespace: str, manifest: JsonDict, *, timeout: float, poll: float = 0.5
+    core: Any,
+    namespace: str,
+    manifest: JsonDict,
+    *,
+    timeout: float,
+    poll: float = 0.5,
+    keep: bool = False,
 ) -> str | None:
     """Create ``manifest`` (a pod that holds a whole set's room, ``setmove.room_holder``), wait
     at most ``timeout`` seconds until a scheduler binds it, then delete it and wait until it is
-    gone (so that its room is free again); the node it was bound to, or None.  Errors of the
-    create propagate; the delete is always tried."""
+    gone (so that its room is free again; ``keep``: only when it was not bound); the node it
+    was bound to, or None.  Errors of the create propagate; the delete is always tried."""
     name = manifest["metadata"]["name"]
     await core.create_namespaced_pod(namespace, manifest)
     loop = asyncio.get_running_loop()
@@ -355,8 +361,66 @@ async def hold_room(
             if node is None:
                 await asyncio.sleep(poll)
     finally:
-        await _delete_and_wait(core, namespace, name, deadline=loop.time() + 30, poll=poll)
+        if node is None or not keep:
+            await release_room(core, namespace, name, poll=poll)
     return node
+
+
+async def hold_rooms(
+    core: Any,
+    namespace: str,
+    manifests: Sequence[JsonDict],
+    *,
+    timeout: float,
+    poll: float = 0.5,
+    replacing: str | None = None,
+) -> bool:
+    """Create every pod of ``manifests`` (``setmove.pinned_holder``), then delete pod
+    ``replacing`` (the holder of the whole room they split) if given, and wait at most
+    ``timeout`` seconds until a scheduler has bound each; True if so; else (or on any error)
+    delete them all, wait until they are gone and return False."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    names = [m["metadata"]["name"] for m in manifests]
+    bound = False
+    try:
+        for manifest in manifests:
+            await core.create_namespaced_pod(namespace, manifest)
+        if replacing is not None:
+            await release_room(core, namespace, replacing, poll=poll)
+        waiting = set(names)
+        while waiting and loop.time() < deadline:
+            for name in sorted(waiting):
+                pod = await read_json(core.read_namespaced_pod, name, namespace)
+                if (pod.get("spec") or {}).get("nodeName"):
+                    waiting.discard(name)
+                elif replacing is None and _unschedulable(pod):
+                    return False  # (the finally deletes them): the node has no room
+            if waiting:
+                await asyncio.sleep(poll)
+        bound = not waiting
+    except Exception:  # (the API's trouble: nothing is held, nothing is stopped)
+        bound = False
+    finally:
+        if replacing is not None and not bound:
+            await release_room(core, namespace, replacing, poll=poll)
+        if not bound:
+            await asyncio.gather(*(release_room(core, namespace, n, poll=poll) for n in names))
+    return bound
+
+
+def _unschedulable(pod: JsonDict) -> bool:
+    """The scheduler tried ``pod`` and found no node for it."""
+    return any(
+        c.get("type") == "PodScheduled" and c.get("reason") == "Unschedulable"
+        for c in (pod.get("status") or {}).get("conditions") or []
+    )
+
+
+async def release_room(core: Any, namespace: str, name: str, *, poll: float = 0.5) -> None:
+    """Delete room-holding pod ``name`` and wait (at most 30 s) until it is gone."""
+    loop = asyncio.get_running_loop()
+    await _delete_and_wait(core, namespace, name, deadline=loop.time() + 30, poll=poll)
 
 
 async def _delete_and_wait(

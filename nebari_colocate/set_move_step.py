@@ -47,7 +47,7 @@ from .handlers import (
     _user_lock,
 )
 from .history import MOVE_SET
-from .objects import JsonDict, is_server, meta, owned_by
+from .objects import JsonDict, is_server, meta, owned_by, pod_server
 from .refusal import WayOutBlockers
 from .seam import HandlerSpawner
 from .wayout import StepFacts, home_holders
@@ -58,6 +58,10 @@ SET_MOVE_PATH = r"/colocate/move-set/([^/]+)/?([^/]*)"
 #: outcomes (``nebari_colocate_way_out_total{outcome}``): the set runs together on its node;
 #: the node chosen had no room when the servers started there
 SET_MOVED, NO_ROOM = "set-moved", "no-room"
+
+#: seconds for the scheduler to bind the pods that hold the set's room on its node (a node
+#: with the room binds them at once), and for the hub's view to see one deleted
+HOLD_TIMEOUT, VIEW_TIMEOUT = 30.0, 5.0
 
 StartServer = Callable[[str, dict[str, Any]], Awaitable[None]]
 
@@ -118,73 +122,130 @@ async def move_whole_set(
     words: dict[str, Any],
 ) -> None:
     """The move of ``spawner``'s last refusal: under the user's lock, check that nothing
-    changed, stop ``restart``, wait for the release; then start each of ``restart`` again and
-    then ``spawner``'s server, all on ``node`` (``""``: wherever an autoscaler adds room).
-    ``start_server(name, options)`` returns once the server runs and raises if it did not
-    start.  SetMoveFailed (not yet counted) if any step ends it; whatever was stopped is
-    started again first, where it fits.  ``spawner_of(name)`` is asked again for each start
-    (JupyterHub makes a new Spawner object for a stopped server's next start)."""
+    changed and hold the set's room on the node (one pod per server, :class:`_Rooms`; 409 and
+    nothing stopped if it cannot be held), stop ``restart``, wait for the release; then start
+    each of ``restart`` again and then ``spawner``'s server, all on ``node`` (``""``: on the
+    node an autoscaler adds for the set), each after its room is let go.  ``start_server(name,
+    options)`` returns once the server runs and raises if it did not start.  SetMoveFailed
+    (not yet counted) if any step ends it; whatever was stopped is started again first, where
+    it fits.  ``spawner_of(name)`` is asked again for each start (JupyterHub makes a new
+    Spawner object for a stopped server's next start)."""
     restart = tuple(sorted(set(restart)))
     failed: SetMoveFailed | None = None
-    async with _user_lock(spawner, "whole_set_state", SetMoveFailed, words):
-        move, blockers, whole = _recheck(spawner, restart, node, is_running, words)
-        options = {name: _options(spawner_of(name)) for name in restart}
-        options[move.start] = _options(spawner)
-        deadline = time.monotonic() + spawner.way_out_release_timeout
-        claims = list(blockers.claims)
-        try:
-            await _stop_all(
-                restart, stop_server, deadline, lambda **kw: SetMoveFailed(**kw, **words)
-            )
-            if not await _released(
-                spawner, claims, restart, all_holders=True, node=blockers.node, deadline=deadline
-            ):
-                await _unless_left_behind(
-                    spawner, claims, restart, blockers.node, SetMoveFailed, words
+    rooms = _Rooms(spawner)
+    try:
+        async with _user_lock(spawner, "whole_set_state", SetMoveFailed, words):
+            move, blockers, whole = _recheck(spawner, restart, node, is_running, words)
+            options = {name: _options(spawner_of(name)) for name in restart}
+            options[move.start] = _options(spawner)
+            node = await rooms.hold(whole, node, words)
+            deadline = time.monotonic() + spawner.way_out_release_timeout
+            claims = list(blockers.claims)
+            try:
+                await _stop_all(
+                    restart, stop_server, deadline, lambda **kw: SetMoveFailed(**kw, **words)
                 )
-                raise SetMoveFailed(
-                    504,
-                    RELEASE_TIMEOUT,
-                    **words,
-                    seconds=spawner.way_out_release_timeout,
-                    facts=StepFacts(stopped=restart),
-                )
-        except SetMoveFailed as exc:
-            failed = exc
-    if failed is not None:
-        # nothing moved: what was stopped starts again where it fits (beside the home)
-        facts = failed.facts or StepFacts()
-        running, not_started, detail = await _start_each(
-            facts.stopped, None, spawner_of, start_server, options
-        )
-        raise SetMoveFailed(
-            failed.status_code,
-            failed.outcome,
-            **words,
-            seconds=spawner.way_out_release_timeout,
-            detail=detail,
-            facts=dataclasses.replace(facts, running=running, not_started=not_started),
-        )
-    if not node:
-        # no node has room: one pod asks an autoscaler for a node that holds the whole set
-        found = await kubeapi.hold_room(
-            spawner.api,
-            spawner.namespace,
-            setmove.room_holder(
-                whole,
-                name=f"room-for-{meta(whole[-1]).get('name') or 'server'}"[:63],
-                owner=spawner.colocation_label_value,
-            ),
-            timeout=spawner.start_timeout,
-        )
-        if found is None:
+                if not await _released(
+                    spawner,
+                    claims,
+                    restart,
+                    all_holders=True,
+                    node=blockers.node,
+                    deadline=deadline,
+                ):
+                    await _unless_left_behind(
+                        spawner, claims, restart, blockers.node, SetMoveFailed, words
+                    )
+                    raise SetMoveFailed(
+                        504,
+                        RELEASE_TIMEOUT,
+                        **words,
+                        seconds=spawner.way_out_release_timeout,
+                        facts=StepFacts(stopped=restart),
+                    )
+            except SetMoveFailed as exc:
+                failed = exc
+        if failed is not None:
+            # nothing moved: what was stopped starts again where it fits (beside the home)
+            await rooms.let_go()
+            facts = failed.facts or StepFacts()
             running, not_started, detail = await _start_each(
-                restart, None, spawner_of, start_server, options
+                facts.stopped, None, spawner_of, start_server, options
             )
-            facts = StepFacts(stopped=restart, running=running, not_started=not_started)
-            raise SetMoveFailed(409, NO_ROOM, **words, detail=detail, facts=facts)
-        node = found
-    await _start_together(move, restart, node, spawner_of, start_server, options, words)
+            raise SetMoveFailed(
+                failed.status_code,
+                failed.outcome,
+                **words,
+                seconds=spawner.way_out_release_timeout,
+                detail=detail,
+                facts=dataclasses.replace(facts, running=running, not_started=not_started),
+            )
+        await _start_together(move, restart, node, spawner_of, start_server, options, words, rooms)
+    finally:
+        await rooms.let_go()
+
+
+class _Rooms:
+    """The room of a whole set held on its node, one pod per server
+    (:func:`setmove.pinned_holder`), from before anything is stopped until each server starts
+    there: another user's pod bound there in between would leave the set no room."""
+
+    def __init__(self, spawner: HandlerSpawner) -> None:
+        self.spawner = spawner
+        #: server name -> the pod that holds its room, while it is held
+        self.held: dict[str, str] = {}
+
+    async def hold(self, whole: list[JsonDict], node: str, words: dict[str, Any]) -> str:
+        """Hold the room of ``whole`` (the set's pods, the new server last) on ``node``, or
+        (``""``) on the node an autoscaler adds for one pod with the whole room
+        (:func:`setmove.room_holder`); the node.  409 (nothing stopped) if it cannot."""
+        spawner = self.spawner
+        owner = spawner.colocation_label_value
+        first = meta(whole[-1]).get("name") or "server"
+        replacing: str | None = None
+        if not node:
+            # no node has room: one pod asks an autoscaler for a node that holds the whole set
+            replacing = f"room-for-{first}"[:63]
+            found = await kubeapi.hold_room(
+                spawner.api,
+                spawner.namespace,
+                setmove.room_holder(whole, name=replacing, owner=owner),
+                timeout=spawner.start_timeout,
+                keep=True,
+            )
+            if found is None:
+                raise SetMoveFailed(409, NO_ROOM, **words, facts=StepFacts())
+            node = found
+        names = {
+            pod_server(pod): f"room-{i}-{meta(pod).get('name') or first}"[:63]
+            for i, pod in enumerate(whole)
+        }
+        holders = [
+            setmove.pinned_holder(pod, node=node, name=names[pod_server(pod)], owner=owner)
+            for pod in whole
+        ]
+        if not await kubeapi.hold_rooms(
+            spawner.api, spawner.namespace, holders, timeout=HOLD_TIMEOUT, replacing=replacing
+        ):
+            raise SetMoveFailed(409, NO_ROOM if replacing else STALE, **words, facts=StepFacts())
+        self.held = names
+        return node
+
+    async def let_go(self, name: str | None = None) -> None:
+        """Delete the pod that holds server ``name``'s room (all of them: None), and wait until
+        it is gone, from the API and from the hub's view (whose check must see the room)."""
+        names = list(self.held) if name is None else [name] if name in self.held else []
+        pods = [self.held.pop(n) for n in names]
+        spawner = self.spawner
+        await asyncio.gather(
+            *(kubeapi.release_room(spawner.api, spawner.namespace, p) for p in pods)
+        )
+        view = spawner.colocation_view()
+        deadline = time.monotonic() + VIEW_TIMEOUT
+        while time.monotonic() < deadline and any(
+            view.live and view.has_pod(spawner.namespace, p) for p in pods
+        ):
+            await asyncio.sleep(0.05)
 
 
 async def _start_together(
@@ -195,20 +256,24 @@ async def _start_together(
     start_server: StartServer,
     options: dict[str, dict[str, Any]],
     words: dict[str, Any],
+    rooms: _Rooms,
 ) -> None:
-    """Start ``restart`` on ``node``, then the new server; a server the node cannot take is
-    started again where it fits, and the new one is then not started (NO_ROOM)."""
+    """Start ``restart`` on ``node``, then the new server, each once its room is let go; a
+    server the node cannot take is started again where it fits, and the new one is then not
+    started (NO_ROOM)."""
     running, failures, _ = await _start_each(
-        restart, node or None, spawner_of, start_server, options
+        restart, node or None, spawner_of, start_server, options, rooms
     )
     if failures:
         # the node has no room any more: what did not start there starts again where it fits
+        await rooms.let_go()
         again, not_started, detail = await _start_each(
             failures, None, spawner_of, start_server, options
         )
         facts = StepFacts(stopped=restart, running=(*running, *again), not_started=not_started)
         raise SetMoveFailed(409, NO_ROOM, **words, detail=detail, facts=facts)
     try:
+        await rooms.let_go(move.start)
         await _start_one(move.start, node or None, spawner_of, start_server, options)
     except Exception as exc:
         facts = StepFacts(stopped=restart, running=restart)
@@ -238,14 +303,18 @@ async def _start_each(
     spawner_of: Callable[[str], Any],
     start_server: StartServer,
     options: dict[str, dict[str, Any]],
+    rooms: _Rooms | None = None,
 ) -> tuple[tuple[str, ...], tuple[str, ...], str]:
-    """Start every one of ``names`` (on ``node``, or where it fits), whatever the others do:
-    (those that run, those that did not start, the first failure's words)."""
+    """Start every one of ``names`` (on ``node``, each once ``rooms`` let its room go; or where
+    it fits), whatever the others do: (those that run, those that did not start, the first
+    failure's words)."""
     running: list[str] = []
     failed: list[str] = []
     detail = ""
     for name in names:
         try:
+            if rooms is not None:
+                await rooms.let_go(name)
             await _start_one(name, node, spawner_of, start_server, options)
         except Exception as exc:
             failed.append(name)

@@ -291,3 +291,22 @@ def room_holder(pods: Sequence[Obj], *, name: str, owner: str) -> JsonDict:
             "restartPolicy": "Never",
         },
     }
+
+
+def pinned_holder(pod: Obj, *, node: str, name: str, owner: str) -> JsonDict:
+    """A pod that holds ``pod``'s room on node ``node`` (:func:`room_holder` of ``pod`` alone,
+    pinned to ``node`` by a required node affinity on its name): the move creates one per
+    server of the set before it stops anything, and deletes each just before that server
+    starts, so that no other pod takes the room in between."""
+    holder = room_holder([pod], name=name, owner=owner)
+    pin = {"key": "metadata.name", "operator": "In", "values": [node]}
+    affinity = holder["spec"].setdefault("affinity", {}).setdefault("nodeAffinity", {})
+    required = affinity.setdefault(
+        "requiredDuringSchedulingIgnoredDuringExecution", {"nodeSelectorTerms": []}
+    )
+    terms = required.setdefault("nodeSelectorTerms", [])
+    if not terms:
+        terms.append({})
+    for term in terms:  # terms are ORed: each carries the pin
+        term["matchFields"] = [*(term.get("matchFields") or []), pin]
+    return holder

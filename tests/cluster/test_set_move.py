@@ -164,3 +164,45 @@ async def test_a_move_whose_node_filled_up_starts_the_set_again_where_it_fits(ku
     assert not any(word in text for word in PYTHON_WORDS)
     assert "&#x27;pandas-app&#x27; run again" in failed.value.jupyterhub_html_message
     assert await nodes_of(kube, servers) == {"": n1, "pandas-app": n1, "big": None}
+
+
+async def room_holders(kube) -> list[str]:
+    pods = await kube.core.list_namespaced_pod(kube.namespace, label_selector="nebari.dev/room-for")
+    return [p.metadata.name for p in pods.items]
+
+
+async def test_another_users_pod_scheduled_during_the_move_does_not_take_the_sets_room(
+    kube, spawners
+):
+    """The room is held on n2 before anything is stopped: another user's pod that the
+    scheduler would place on n2 while the set is stopped and its home released (n2 is the only
+    node with room for it then) stays Pending, and the whole set runs on n2.  (It is bigger
+    than n2's room beside the set plus its largest server: each server's room is let go just
+    before that server starts, and a pod pending since then may take it first.)"""
+    _, n2, servers = await refused_set(kube, spawners)
+    stopped, stop_server, start_server = stepper(spawners, servers)
+
+    async def stop_then_schedule(name: str) -> None:
+        if not stopped:  # between the click and the restart, through the scheduler
+            await kube.create_pod("other-team", requests={"cpu": "6.5"})
+        await stop_server(name)
+
+    await take(servers, n2, stopped, stop_then_schedule, start_server)
+    assert await nodes_of(kube, servers) == {"": n2, "pandas-app": n2, "big": n2}
+    other = await kube.core.read_namespaced_pod("other-team", kube.namespace)
+    assert other.spec.node_name is None  # no room for it anywhere: n2's was held for the set
+    assert await room_holders(kube) == []
+
+
+async def test_a_move_whose_room_cannot_be_held_stops_nothing(kube, spawners):
+    """n2 taken (a pod bound there by name) after the refusal, the move taken at once: the pods
+    that would hold its room are not bound, so nothing is stopped (409)."""
+    n1, n2, servers = await refused_set(kube, spawners)
+    await kube.create_pod("other-team", node_name=n2, requests={"cpu": "6"})
+    stopped, stop_server, start_server = stepper(spawners, servers)
+    with pytest.raises(SetMoveFailed) as failed:
+        await take(servers, n2, stopped, stop_server, start_server)
+    assert (failed.value.status_code, failed.value.outcome) == (409, "stale")
+    assert stopped == []
+    assert await nodes_of(kube, servers) == {"": n1, "pandas-app": n1, "big": None}
+    assert await room_holders(kube) == []

@@ -9,6 +9,7 @@ from nebari_colocate.placement import Policy, decide
 from nebari_colocate.setmove import (
     Move,
     choose_target,
+    pinned_holder,
     room_holder,
     whole_set_move,
     without_node_pin,
@@ -299,6 +300,33 @@ def test_the_room_holder_asks_for_the_whole_set_at_once_with_the_new_server_s_se
     terms = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
     assert terms["nodeSelectorTerms"] == [{"matchExpressions": [expr("zone", "In", "a")]}]
     assert "volumes" not in spec  # it holds no home: not a holder, pins nothing
+
+
+@pytest.mark.parametrize(
+    ("affinity", "terms"),
+    [
+        (None, [{"matchFields": [name_is("cpu-2")]}]),
+        (
+            required_affinity(
+                term(expr("zone", "In", "a"), fields=[name_is("cpu-1")]),
+                term(expr("zone", "In", "b")),
+            ),
+            [
+                {"matchExpressions": [expr("zone", "In", "a")], "matchFields": [name_is("cpu-2")]},
+                {"matchExpressions": [expr("zone", "In", "b")], "matchFields": [name_is("cpu-2")]},
+            ],
+        ),
+    ],
+)
+def test_a_pinned_holder_holds_one_server_s_room_on_the_chosen_node_only(affinity, terms):
+    holder = pinned_holder(
+        new(cpu="1.5", affinity=affinity), node="cpu-2", name="room-2-big", owner="alice"
+    )
+    assert holder["metadata"]["name"] == "room-2-big"
+    assert holder["metadata"]["labels"] == {"nebari.dev/room-for": "alice"}
+    assert holder["spec"]["containers"][0]["resources"] == {"requests": {"cpu": "1500m"}}
+    required = holder["spec"]["affinity"]["nodeAffinity"]
+    assert required["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"] == terms
 
 
 def test_the_hub_judges_the_move_again_on_every_node_the_live_view_knows():
