@@ -22,9 +22,14 @@ def _capital(text: str) -> str:
     return text[:1].upper() + text[1:]
 
 
+#: said with the move's button: what restarting the servers costs the person
+KERNELS_RESTART = "Running kernels restart."
+
+
 def move_button_label(move: Move, display_names: Mapping[str, str] | None = None) -> str:
-    """The words of the move's button: its sentence without the note on kernels."""
-    return move_sentence(move, display_names).removesuffix(". Running kernels restart.")
+    """The words of the move's button: its sentence without the note on kernels (said under
+    the button, :data:`KERNELS_RESTART`)."""
+    return move_sentence(move, display_names).removesuffix(" " + KERNELS_RESTART).removesuffix(".")
 
 
 def move_busy_label(move: Move, display_names: Mapping[str, str] | None = None) -> str:
@@ -58,6 +63,9 @@ def move_form_html(
         '<button type="submit" class="btn btn-primary colocate-set-move-button" style="'
         "display: inline-block; padding: 0.5rem 1rem; border: 0; border-radius: 0.375rem; "
         f'background: #1d4ed8; color: #fff; font: inherit; cursor: pointer">{label}</button>'
+        # what the person consents to, beside the button they click (the button's own words
+        # leave it out to stay short)
+        f'<div class="colocate-set-move-note">{esc(KERNELS_RESTART)}</div>'
         "</form>"
     )
 

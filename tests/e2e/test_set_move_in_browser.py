@@ -102,7 +102,8 @@ async def test_the_spawn_form_offers_the_move_and_the_set_runs_together_on_the_r
         await form.locator("input[name=restart]").evaluate_all("inputs => inputs.map(i => i.value)")
     ) == sorted(["", app])
     assert await form.locator("input[name=node]").get_attribute("value") == "cpu-2"
-    await expect(error.locator(".colocate-set-move")).to_contain_text("(running kernels restart)")
+    # what the person consents to is said beside the button
+    await expect(form.locator(".colocate-set-move-note")).to_have_text("Running kernels restart.")
     assert await page.locator("form.colocate-way-out-form:visible").count() == 2  # both ways out
     await screenshot(page, artifacts / "set-move-spawn-form.png")
 
@@ -150,6 +151,7 @@ async def test_jhub_apps_home_offers_the_move_and_the_set_runs_together(
         "Restart 'JupyterLab' and 'Pandas App' together on a machine with room for all three, "
         f"then start '{HOSTILE} Big'"
     )
+    await expect(form.locator(".colocate-set-move-note")).to_have_text("Running kernels restart.")
     await screenshot(page, artifacts / f"set-move-jhub-apps-{JHUB_APPS}-home.png")
     await click_and_land_together(page, hub, kube, form, {"", "pandas-app", "big-app"}, "big-app")
     # (jhub-apps' own React pages log errors of their own: what counts is no dialog, nothing

@@ -15,6 +15,8 @@ import logging
 
 import pytest
 
+from nebari_colocate import faults
+from nebari_colocate.messages import API_FAULTS
 from nebari_colocate.shared_reflector import SharedPodReflector
 from nebari_colocate.spawner import ColocatingKubeSpawner
 from nebari_colocate.view import ClusterView
@@ -209,8 +211,9 @@ async def test_error_answers_end_every_spawn_started_or_in_words(hub, status, ca
         if outcome.started:
             continue
         text = outcome.readable()
-        expected = "overloaded" if status == 429 else "internal error"
-        assert expected in text or "did not answer in time" in text, text
+        # the words a user reads for the fault (messages.API_FAULTS), or the timeout's
+        expected = API_FAULTS[faults.OVERLOADED if status == 429 else faults.SERVER_ERROR]
+        assert expected in text or API_FAULTS[faults.TIMEOUT] in text, text
     alice = outcomes[0]
     if alice.started:
         assert await pinned_node(hub, alice.spawner) == node
