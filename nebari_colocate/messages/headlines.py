@@ -566,6 +566,31 @@ def user_headline(
     ).text
 
 
+def _layers(
+    decision: Decision,
+    pod: Obj,
+    *,
+    username: str,
+    server_name: str,
+    user_label: str | None,
+    has_profiles: bool,
+    display_names: Mapping[str, str] | None,
+) -> tuple[Headline, list[str]]:
+    """A refusal's two layers, the headline and the Details, for the text and the page alike."""
+    headline = refusal_headline(
+        decision,
+        username=username,
+        server_name=server_name,
+        user_label=user_label,
+        has_profiles=has_profiles,
+        display_names=display_names,
+    )
+    details = refusal_details(
+        decision, pod, username=username, user_label=user_label, display_names=display_names
+    )
+    return headline, details
+
+
 def user_message(
     decision: Decision,
     pod: Obj,
@@ -581,16 +606,14 @@ def user_message(
     :func:`~nebari_colocate.messages.refusals.server_label`)."""
     if decision.verdict != REFUSE:
         return ""
-    headline = refusal_headline(
+    headline, details = _layers(
         decision,
+        pod,
         username=username,
         server_name=server_name,
         user_label=user_label,
         has_profiles=has_profiles,
         display_names=display_names,
-    )
-    details = refusal_details(
-        decision, pod, username=username, user_label=user_label, display_names=display_names
     )
     move = decision.way_out.move if decision.way_out is not None else None
     more = f"Or: {move_sentence(move, display_names)}" if move is not None else ""
@@ -613,15 +636,13 @@ def user_html(
     user-controlled string escaped."""
     if decision.verdict != REFUSE:
         return ""
-    headline = refusal_headline(
+    headline, details = _layers(
         decision,
+        pod,
         username=username,
         server_name=server_name,
         user_label=user_label,
         has_profiles=has_profiles,
         display_names=display_names,
-    )
-    details = refusal_details(
-        decision, pod, username=username, user_label=user_label, display_names=display_names
     )
     return page_html(headline, details, button, decision.way_out)
