@@ -11,7 +11,8 @@ The same rules as the way out (:mod:`nebari_colocate.handlers`): logged in, XSRF
 JupyterHub's ``servers`` scope on every server it stops and starts (403), one way out or move per
 user at a time (409 busy); under the user's lock it checks again that the refusal's move is
 still the one posted, that the user's servers holding the home are those of the refusal, each
-running, and that the chosen node still holds the whole set (409 stale, nothing stopped); it
+running (409 stale, nothing stopped); where the chosen node lost its room since, the next node
+that holds the whole set is taken (:func:`setmove.next_target`, 409 stale if none); it
 stops the set, waits for the release (no pod holds the home, no VolumeAttachment on the old
 node), then starts each server again with its stored options and then the new one, each pinned
 to the chosen node (``colocation_move_to``), and answers 303 to the new server's spawn-pending
@@ -62,6 +63,8 @@ SET_MOVED, NO_ROOM = "set-moved", "no-room"
 #: seconds for the scheduler to bind the pods that hold the set's room on its node (a node
 #: with the room binds them at once), and for the hub's view to see one deleted
 HOLD_TIMEOUT, VIEW_TIMEOUT = 30.0, 5.0
+#: nodes tried, at most, for the set's room (the first chosen, then the next that holds it)
+HOLD_ATTEMPTS = 3
 
 StartServer = Callable[[str, dict[str, Any]], Awaitable[None]]
 
@@ -80,9 +83,11 @@ def _recheck(
     node: str,
     is_running: Callable[[str], bool],
     words: dict[str, Any],
-) -> tuple[setmove.Move, WayOutBlockers, list[JsonDict]]:
-    """The refusal's move and blockers, and the whole set's pods (the servers that hold the
-    home, then the new one), if nothing changed since the refusal; else 409."""
+) -> tuple[setmove.Move, WayOutBlockers, list[JsonDict], str]:
+    """The refusal's move and blockers, the whole set's pods (the servers that hold the home,
+    then the new one) and the node to hold their room on (``""``: the node an autoscaler adds),
+    if nothing of the user's changed since the refusal; else 409.  A chosen node that lost its
+    room since is not a change of the user's: the next node that holds the set is taken."""
     failure = spawner.colocation_failure
     way_out = failure.way_out if failure is not None else None
     move = way_out.move if way_out is not None else None
@@ -103,11 +108,21 @@ def _recheck(
         dict(move.pod or {}),
     ]
     if move.node is not None:
-        # the chosen node still holds the whole set (another pod may have taken its room)
+        # the chosen node still holds the whole set, or (another pod took its room) the next
         state = spawner.whole_set_state(whole[-1])
         if state is None or not setmove.holds_set(move.node, whole, state):
-            raise SetMoveFailed(409, STALE, **words)
-    return move, blockers, whole
+            found = setmove.next_target(
+                whole,
+                state,
+                tried=[n for n in (blockers.node, move.node) if n],
+                premium_resources=spawner.premium_resources,
+                username=username,
+                label_value=label,
+            )
+            if found is None:
+                raise SetMoveFailed(409, STALE, **words)
+            node = found
+    return move, blockers, whole, node
 
 
 async def move_whole_set(
@@ -135,10 +150,10 @@ async def move_whole_set(
     rooms = _Rooms(spawner)
     try:
         async with _user_lock(spawner, "whole_set_state", SetMoveFailed, words):
-            move, blockers, whole = _recheck(spawner, restart, node, is_running, words)
+            move, blockers, whole, node = _recheck(spawner, restart, node, is_running, words)
             options = {name: _options(spawner_of(name)) for name in restart}
             options[move.start] = _options(spawner)
-            node = await rooms.hold(whole, node, words)
+            node = await rooms.hold(whole, node, words, pinned=blockers.node)
             deadline = time.monotonic() + spawner.way_out_release_timeout
             claims = list(blockers.claims)
             try:
@@ -195,27 +210,62 @@ class _Rooms:
         #: server name -> the pod that holds its room, while it is held
         self.held: dict[str, str] = {}
 
-    async def hold(self, whole: list[JsonDict], node: str, words: dict[str, Any]) -> str:
+    async def hold(
+        self, whole: list[JsonDict], node: str, words: dict[str, Any], *, pinned: str | None
+    ) -> str:
         """Hold the room of ``whole`` (the set's pods, the new server last) on ``node``, or
         (``""``) on the node an autoscaler adds for one pod with the whole room
-        (:func:`setmove.room_holder`); the node.  409 (nothing stopped) if it cannot."""
+        (:func:`setmove.room_holder`); the node.  Where another pod took the room since the
+        refusal, the next node that holds the set now (:func:`setmove.next_target`, never
+        ``pinned``, the node the set leaves), at most :data:`HOLD_ATTEMPTS` nodes in all: the
+        person consented to restart the set on a machine with room, not on one machine.  409
+        (nothing stopped) if no room can be held."""
+        tried: list[str] = [pinned] if pinned else []
+        for _ in range(HOLD_ATTEMPTS):
+            if not node:
+                return await self._hold_on_new_node(whole, words)
+            if await self._hold_on(whole, node):
+                return node
+            tried.append(node)
+            spawner = self.spawner
+            found = setmove.next_target(
+                whole,
+                spawner.whole_set_state(whole[-1]),
+                tried=tried,
+                premium_resources=spawner.premium_resources,
+                username=spawner.user.name,
+                label_value=spawner.colocation_label_value,
+            )
+            if found is None:
+                break
+            node = found
+        raise SetMoveFailed(409, STALE, **words, facts=StepFacts())
+
+    async def _hold_on_new_node(self, whole: list[JsonDict], words: dict[str, Any]) -> str:
+        """No node has room: one pod asks an autoscaler for a node that holds the whole set,
+        then the set's holders replace it there; 409 NO_ROOM if it gets none."""
+        spawner = self.spawner
+        first = meta(whole[-1]).get("name") or "server"
+        replacing = f"room-for-{first}"[:63]
+        found = await kubeapi.hold_room(
+            spawner.api,
+            spawner.namespace,
+            setmove.room_holder(whole, name=replacing, owner=spawner.colocation_label_value),
+            timeout=spawner.start_timeout,
+            keep=True,
+        )
+        if found is None or not await self._hold_on(whole, found, replacing=replacing):
+            raise SetMoveFailed(409, NO_ROOM, **words, facts=StepFacts())
+        return found
+
+    async def _hold_on(
+        self, whole: list[JsonDict], node: str, *, replacing: str | None = None
+    ) -> bool:
+        """One pod per server of ``whole`` pinned to ``node`` (:func:`setmove.pinned_holder`),
+        all bound (then they are held), or none left (False)."""
         spawner = self.spawner
         owner = spawner.colocation_label_value
         first = meta(whole[-1]).get("name") or "server"
-        replacing: str | None = None
-        if not node:
-            # no node has room: one pod asks an autoscaler for a node that holds the whole set
-            replacing = f"room-for-{first}"[:63]
-            found = await kubeapi.hold_room(
-                spawner.api,
-                spawner.namespace,
-                setmove.room_holder(whole, name=replacing, owner=owner),
-                timeout=spawner.start_timeout,
-                keep=True,
-            )
-            if found is None:
-                raise SetMoveFailed(409, NO_ROOM, **words, facts=StepFacts())
-            node = found
         names = {
             pod_server(pod): f"room-{i}-{meta(pod).get('name') or first}"[:63]
             for i, pod in enumerate(whole)
@@ -227,9 +277,9 @@ class _Rooms:
         if not await kubeapi.hold_rooms(
             spawner.api, spawner.namespace, holders, timeout=HOLD_TIMEOUT, replacing=replacing
         ):
-            raise SetMoveFailed(409, NO_ROOM if replacing else STALE, **words, facts=StepFacts())
+            return False
         self.held = names
-        return node
+        return True
 
     async def let_go(self, name: str | None = None) -> None:
         """Delete the pod that holds server ``name``'s room (all of them: None), and wait until

@@ -212,6 +212,34 @@ def autoscaler_adds_nodes(state: ClusterState) -> bool:
     )
 
 
+def next_target(
+    pods: Sequence[Obj],
+    state: ClusterState | None,
+    *,
+    tried: Collection[str],
+    premium_resources: Iterable[str] = DEFAULT_PREMIUM_RESOURCES,
+    username: str | None = None,
+    label_value: str | None = None,
+) -> str | None:
+    """Where the set goes when the room on the node chosen first could not be held (another
+    pod took it since the refusal): the node that holds the whole set now, none of ``tried``
+    (the nodes tried, and the node the set is pinned to); ``""`` when no node does and an
+    autoscaler adds one; None when neither (the move is stale: nothing was stopped)."""
+    if state is None:
+        return None
+    target = choose_target(
+        pods,
+        state,
+        premium_resources=premium_resources,
+        avoid=tried,
+        username=username,
+        label_value=label_value,
+    )
+    if target is not None:
+        return target
+    return "" if autoscaler_adds_nodes(state) else None
+
+
 def whole_set_move(
     pod: Obj,
     holder_pods: Sequence[Obj],

@@ -8,7 +8,8 @@ CPU); 'big' (3 CPU) is refused there for lack of room. Node n2 (8 CPU) holds ali
 so the refusal offers, beside the way out, the move of all three to n2:
 
 - taken, every server of the set runs on n2, and the home's volume is attached there only;
-- stale (n2's room taken after the refusal): 409, nothing stopped;
+- stale (n2's room taken after the refusal, no other node holds the set): 409, nothing
+  stopped; with another node that holds it (n3), the set goes there;
 - part way (n2's room taken after the stop): what was stopped starts again where it fits (n1),
   and the words say so.
 """
@@ -205,4 +206,27 @@ async def test_a_move_whose_room_cannot_be_held_stops_nothing(kube, spawners):
     assert (failed.value.status_code, failed.value.outcome) == (409, "stale")
     assert stopped == []
     assert await nodes_of(kube, servers) == {"": n1, "pandas-app": n1, "big": None}
+    assert await room_holders(kube) == []
+
+
+async def test_a_move_whose_node_lost_its_room_goes_to_the_next_node_that_holds_the_set(
+    kube, spawners
+):
+    """n2 taken after the refusal, n3 (8 CPU) added: the person consented to restart the set
+    on a machine with room, so the move holds the room on n3 instead, and the set runs there
+    (before: 409 stale, the person had to click again)."""
+    n1, n2, servers = await refused_set(kube, spawners)
+    await kube.create_pod("other-team", node_name=n2, requests={"cpu": "6"})
+    n3 = f"{kube.namespace}-n3"
+    await kube.create_node(n3, cpu="8")
+
+    async def n3_seen():
+        state = servers["big"].whole_set_state({"metadata": {}, "spec": {}})
+        return state is not None and state.nodes is not None and n3 in state.nodes or None
+
+    await wait_until(n3_seen, timeout=30, what="the live view to see n3")
+    stopped, stop_server, start_server = stepper(spawners, servers)
+    await take(servers, n2, stopped, stop_server, start_server)
+    assert stopped == ["", "pandas-app"]
+    assert await nodes_of(kube, servers) == {"": n3, "pandas-app": n3, "big": n3}
     assert await room_holders(kube) == []

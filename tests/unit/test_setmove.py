@@ -9,6 +9,7 @@ from nebari_colocate.placement import Policy, decide
 from nebari_colocate.setmove import (
     Move,
     choose_target,
+    next_target,
     pinned_holder,
     room_holder,
     whole_set_move,
@@ -180,6 +181,52 @@ def test_target_node_for_the_whole_set(test_variation_id, objects, new_pod, expe
     holders = [p for p in snapshot.pods if HOME in str(p.get("spec")) and p["spec"].get("nodeName")]
     got = choose_target([*holders, new_pod], snapshot, avoid=("cpu-1",))
     assert got == expect, test_variation_id
+
+
+@pytest.mark.parametrize(
+    "test_variation_id, objects, tried, expect",
+    [
+        (
+            "the-next-node-that-holds-the-set",
+            [*FULL_CPU1, *SET, node("cpu-2"), node("cpu-3")],
+            ["cpu-1", "cpu-2"],
+            "cpu-3",
+        ),
+        (
+            "no-node-left-and-no-autoscaler",
+            [*FULL_CPU1, *SET, node("cpu-2")],
+            ["cpu-1", "cpu-2"],
+            None,
+        ),
+        (
+            "no-node-left-but-karpenter-adds-one",
+            [
+                node("cpu-1", labels=KARPENTER),
+                other("bob-1", "cpu-1", cpu="2"),
+                *SET,
+                node("cpu-2", labels=KARPENTER),
+            ],
+            ["cpu-1", "cpu-2"],
+            "",
+        ),
+        (
+            "a-node-that-lost-its-room-is-passed-over",
+            [*FULL_CPU1, *SET, node("cpu-2"), node("cpu-3"), other("carol", "cpu-3", "2")],
+            ["cpu-1", "cpu-2"],
+            None,
+        ),
+    ],
+)
+def test_the_next_target_when_the_first_room_could_not_be_held(
+    test_variation_id, objects, tried, expect
+):
+    snapshot = state(pvc(HOME), *objects)
+    pods = [p for p in snapshot.pods if HOME in str(p.get("spec")) and p["spec"].get("nodeName")]
+    assert next_target([*pods, new()], snapshot, tried=tried) == expect
+
+
+def test_no_next_target_without_the_hub_s_view():
+    assert next_target([new()], None, tried=()) is None
 
 
 def test_no_target_without_node_access():
