@@ -24,7 +24,10 @@ node pools are seldom smaller, and on 2-CPU machines every lab gets a node of it
   room of the whole set (``setmove.room_holder``);
 - **headroom**: ours with ``colocation_headroom`` on, ``colocation_headroom_footprint``
   :data:`FOOTPRINT` (no user has history: each arrives once);
-- **both**: headroom and move.
+- **both**: headroom and move;
+- **free**: the reference without the cap: stock KubeSpawner, no home to share (as with a
+  ReadWriteMany home, or none): every server placed on its own, so every server runs; what the
+  same servers cost without a ReadWriteOnce home.
 
 Every user pod carries ``karpenter.sh/do-not-disrupt`` (a server has no controller: evicted, it
 is gone), so Karpenter's consolidation removes empty nodes only, in every variant alike.
@@ -71,7 +74,9 @@ from tests.support.autoscaler import DO_NOT_DISRUPT, NODEPOOL_LABEL, Autoscaler,
 from tests.support.helpers import create_bound_claim
 from tests.support.z2jh import USER_SCHEDULER, USER_SCHEDULER_PROFILE
 
-VARIANTS = ("stock", "ours", "move", "headroom", "both")
+VARIANTS = ("stock", "ours", "move", "headroom", "both", "free")
+#: the variants of stock KubeSpawner (no check of ours)
+STOCK_LIKE = {"stock", "free"}
 HEADROOM = {"headroom", "both"}
 MOVES = {"move", "both"}
 #: the headroom variants' ``colocation_headroom_footprint``: a lab and two small apps
@@ -184,6 +189,8 @@ class Record:
     waits: list[float] = field(default_factory=list)
     node_hours: float = 0.0
     core_hours: float = 0.0
+    #: the CPU the servers that ran asked for, times the simulated hours they ran
+    served_cpu_hours: float = 0.0
     peak_nodes: int = 0
 
 
@@ -216,6 +223,8 @@ def traits(variant: str, server: Server, start_timeout: float) -> dict[str, Any]
         # z2jh's 30 s is too short for an API server on a shared 2-core machine in a burst
         "k8s_api_request_retry_timeout": 60,
     }
+    if variant == "free":
+        return {**common, "volumes": [], "volume_mounts": [], "storage_pvc_ensure": False}
     if variant == "stock":
         return {
             **common,
@@ -238,7 +247,7 @@ def make_spawner(variant: str, user: User, server: Server, start_timeout: float)
 
     from nebari_colocate import ColocatingKubeSpawner
 
-    cls = KubeSpawner if variant == "stock" else ColocatingKubeSpawner
+    cls = KubeSpawner if variant in STOCK_LIKE else ColocatingKubeSpawner
     spawner = _cluster.make_spawner(
         cls,
         f"cap-{variant}",
@@ -258,10 +267,23 @@ class Session:
         self.variant = variant
         self.user = user
         self.record = run.records[variant]
-        timeout = run.args.stock_window if variant == "stock" else run.args.start_timeout
+        timeout = run.args.stock_window if variant in STOCK_LIKE else run.args.start_timeout
         self.spawners = {s.name: make_spawner(variant, user, s, timeout) for s in user.servers}
         self.running: set[str] = set()
+        #: server name -> the simulated hour it began to run (for the CPU-hours served)
+        self.since: dict[str, float] = {}
         self.lock = asyncio.Lock()  # one action per user at a time, as the hub's way out
+
+    def up(self, name: str) -> None:
+        self.running.add(name)
+        self.since.setdefault(name, self.run.clock.hours())
+
+    def down(self, name: str) -> None:
+        self.running.discard(name)
+        began = self.since.pop(name, None)
+        if began is not None:
+            cpu = next(s.cpu for s in self.user.servers if s.name == name)
+            self.record.served_cpu_hours += cpu * (self.run.clock.hours() - began)
 
     async def live(self) -> None:
         tasks = [asyncio.ensure_future(self.start_at(s)) for s in self.user.servers]
@@ -272,6 +294,8 @@ class Session:
         for outcome in await asyncio.gather(*tasks, return_exceptions=True):
             if isinstance(outcome, asyncio.CancelledError):
                 self.record.unfinished += 1
+        for name in list(self.running):
+            self.down(name)
         await asyncio.gather(
             *(s.stop(now=True) for s in self.spawners.values()), return_exceptions=True
         )
@@ -281,7 +305,7 @@ class Session:
         self.record.wanted += 1
         requested = time.perf_counter()
         spawner = self.spawners[server.name]
-        if self.variant == "stock":
+        if self.variant in STOCK_LIKE:
             ran = await self.stock_start(spawner)
         else:
             async with self.lock:
@@ -304,7 +328,7 @@ class Session:
                 with contextlib.suppress(BaseException):
                     await task
         if start in done and start.exception() is None:
-            self.running.add(spawner.name)
+            self.up(spawner.name)
             return True
         with contextlib.suppress(Exception):
             await spawner.stop(now=True)  # KubeSpawner deletes its pod after a timeout anyway
@@ -338,7 +362,7 @@ class Session:
                 f"{self.user.name}/{server.name}: {type(exc).__name__}: {exc}"
             )
             return None
-        self.running.add(server.name)
+        self.up(server.name)
         return True
 
     async def move(self, spawner: Any, server: Server) -> bool:
@@ -356,12 +380,13 @@ class Session:
 
         async def stop_server(name: str) -> None:
             await self.spawners[name].stop(now=True)
-            self.running.discard(name)
+            self.down(name)
 
         async def start_server(name: str, options: dict) -> None:
             await self.spawners[name].start()
-            self.running.add(name)
+            self.up(name)
 
+        began = time.time()
         try:
             await move_whole_set(
                 spawner,
@@ -377,8 +402,10 @@ class Session:
             self.record.moves_failed += 1
             outcome = getattr(exc, "outcome", type(exc).__name__)
             detail = getattr(exc, "jupyterhub_message", None) or ""
+            others = await self.run.created_since(self.variant, began, self.user)
             self.record.errors.append(
                 f"move: {self.user.name}/{server.name}: {outcome} {str(detail)[:200]}".rstrip()
+                + (f" [others' pods created during the move: {others}]" if others else "")
             )
             # a server of the set that did not come back is lost too
             self.record.dead_ends += sum(1 for name in restart if name not in self.running)
@@ -417,8 +444,30 @@ class Run:
         for variant in self.args.variants:
             await core.create_namespace({"metadata": {"name": f"cap-{variant}"}})
         await asyncio.gather(
-            *(claim(v, username(v, u)) for v in self.args.variants for u in self.users)
+            *(
+                claim(v, username(v, u))
+                for v in self.args.variants
+                if v != "free"
+                for u in self.users
+            )
         )
+
+    async def created_since(self, variant: str, began: float, user: User) -> str:
+        """Other users' pods of ``variant`` created since ``began`` (epoch seconds), with their
+        nodes: the pods that may have taken a failed move's room."""
+        from kubernetes_asyncio import client
+
+        with contextlib.suppress(Exception):
+            pods = await client.CoreV1Api(self.api).list_namespaced_pod(f"cap-{variant}")
+            mine = username(variant, user)
+            found = [
+                f"{p.metadata.name}@{p.spec.node_name or 'pending'}"
+                for p in pods.items
+                if p.metadata.creation_timestamp.timestamp() >= began - 1
+                and mine not in p.metadata.name
+            ]
+            return ", ".join(found[:6])
+        return ""
 
     async def karpenter_gives_up(self, spawner: Any) -> None:
         """Return once Karpenter has said it adds no node for this stock pod (its hard pod
@@ -542,6 +591,11 @@ def print_workload(users: list[User], args: argparse.Namespace) -> None:
         print(f"  {user.name}: {shown}; stop @{user.end:.2f}h")
 
 
+def packing(record: Record) -> float:
+    """The share of the nodes' CPU that servers asked for: CPU-hours served / core-hours."""
+    return record.served_cpu_hours / record.core_hours if record.core_hours else 0.0
+
+
 def summary(run: Run) -> list[str]:
     lines = []
     stock = run.records.get("stock")
@@ -551,11 +605,15 @@ def summary(run: Run) -> list[str]:
             if stock and stock.node_hours
             else ""
         )
+        free = run.records.get("free")
+        if free and free.node_hours and variant != "free":
+            ratio += f" ({r.node_hours / free.node_hours:.2f} x free)"
         lines.append(
             f"  {variant:9} wanted={r.wanted} ran={r.started} dead-ends={r.dead_ends} "
             f"refused={r.refused} moves={r.moves_existing}+{r.moves_new}new "
             f"(failed {r.moves_failed}) unfinished={r.unfinished} failed={r.failed} "
             f"node-hours={r.node_hours:.1f}{ratio} core-hours={r.core_hours:.1f} "
+            f"served-cpu-hours={r.served_cpu_hours:.1f} packing={packing(r):.0%} "
             f"peak-nodes={r.peak_nodes} wait p50={percentile(r.waits, 0.5):.1f}s "
             f"p99={percentile(r.waits, 0.99):.1f}s"
         )
