@@ -279,6 +279,11 @@ class Hub:
         if self._session is not None:
             await self._session.close()
             self._session = None
+        # jhub-apps' service (uvicorn) waits out JupyterHub's 10 s SIGINT on open connections
+        # at every hub stop: a test's hub has nothing of it to keep, so it goes first, at once
+        for pid in self.service_pids():
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
         if self.hub is not None:
             await self.hub.stop()
         pid = self.proxy_pid()

@@ -226,7 +226,7 @@ async def test_a_server_jupyterhub_gave_up_stopping_is_named_as_left_behind_not_
     hub = await start_hub(
         profile_list=[CPU_PROFILE, GPU_PROFILE],
         start_timeout=12,
-        spawner={"refusal_hold_seconds": 5, "way_out_release_timeout": 40},
+        spawner={"refusal_hold_seconds": 5, "way_out_release_timeout": 24},
         way_out_handler=True,
     )
     await kube.create_bound_claim("claim-alice")
