@@ -18,12 +18,22 @@ from typing import Any, NoReturn
 
 from . import messages, metrics
 from .event_format import formatted
-from .events import FAIL, EventVerdict, classify, told_in_words
+from .events import FAIL, UNSCHEDULABLE_PINNED, EventVerdict, classify, told_in_words
 from .jupyterhub import ColocationRefused, before_raising
+from .late_move import late_move
 from .objects import SERVERNAME_ANNOTATION, USERNAME_ANNOTATION, JsonDict
 from .pod_scheduling import confirmed, read_pod, reflected_pod
+from .refusing import buttons
+from .seam import LateMoveSpawner
 
-__all__ = ["classify_events", "events_of", "progress", "start_failing_fast"]
+__all__ = [
+    "classify_events",
+    "events_of",
+    "offer_late_move",
+    "progress",
+    "refusal_words",
+    "start_failing_fast",
+]
 
 # ``spawner`` below is a ColocatingKubeSpawner (KubeSpawner ships no types: Any).
 
@@ -123,13 +133,44 @@ def classify_events(spawner: Any, pod: JsonDict | None = None) -> EventVerdict:
     verdict = classify(events, **common)
     if verdict.action != FAIL:
         return verdict
-    return classify(
+    verdict = classify(
         events,
         **common,
         own_servers=own_servers(spawner),
         servers=server_pod_names(spawner),
         own_server_names=own_server_names(spawner),
     )
+    if decision is None or common["pod"] is None:
+        return verdict
+    return offer_late_move(spawner, verdict, common["pod"], decision.claims)
+
+
+def offer_late_move(
+    spawner: LateMoveSpawner, verdict: EventVerdict, pod: JsonDict, claims: list[str]
+) -> EventVerdict:
+    """``verdict`` with the move of the whole set beside its way out when it ends the spawn of
+    ``pod`` (mounting ``claims``) as ``unschedulable-pinned`` for lack of room only
+    (:func:`nebari_colocate.late_move.late_move`), judged on every node the live view knows, as
+    the check's refusal is (:func:`nebari_colocate.refusing.offer_move`); ``verdict`` as it is
+    when the view cannot tell the room on every node."""
+    if verdict.code != UNSCHEDULABLE_PINNED or verdict.way_out is None:
+        return verdict
+    try:
+        state = spawner.whole_set_state(pod)
+        if state is None:
+            return verdict
+        return late_move(
+            verdict,
+            pod,
+            state,
+            claims=claims,
+            policy=spawner.colocation_policy(),
+            username=spawner.user.name,
+            label_value=spawner.colocation_label_value,
+        )
+    except Exception:  # the refusal stands without its second way out
+        spawner.log.exception("colocate: the move of the whole set could not be judged")
+        return verdict
 
 
 async def watch_events(spawner: Any, start_future: asyncio.Future[Any]) -> EventVerdict | None:
@@ -188,27 +229,36 @@ async def end_hopeless_spawn(
         await spawner.stop(now=True)
     except Exception:
         spawner.log.exception("colocate: could not delete pod %s", spawner.pod_name)
-    message, message_html = messages.event_refusal(
-        verdict, spawner.name, spawner.server_display_names(), action=spawner.way_out_url()
-    )
+    message, message_html = refusal_words(spawner, verdict)
     refusal = ColocationRefused(message, message_html, log_message, event_verdict=verdict)
     spawner._remember(refusal)
     before_raising(spawner, refusal)
     raise refusal
 
 
+def refusal_words(spawner: Any, verdict: EventVerdict) -> tuple[str, str]:
+    """(text, html) of the refusal that ends ``spawner``'s spawn on ``verdict``: its words, the
+    way out's button and, when the verdict carries one, the move's (as the check's refusal
+    shows them: :func:`nebari_colocate.refusing.buttons`)."""
+    names = spawner.server_display_names()
+    button = buttons(spawner, verdict.way_out, names)
+    return messages.event_failure(verdict, spawner.name, names, button=button)
+
+
 def verdict_said(spawner: Any, verdict: EventVerdict | None) -> tuple[str, str, JsonDict | None]:
     """(text, html, the refusal's fields) the progress stream says of ``verdict``: for a
-    verdict that ends the spawn, the very words and HTML the refusal will carry (the page keeps
-    one of them) and its ``way_out``; while the spawn waits, the plain words and the technical
-    ones under Details; ("", "", None) when there is nothing to say."""
+    verdict that ends the spawn, the very words and HTML the refusal carries (the page keeps
+    one of them) and its ``way_out`` (the refusal's own once the fail fast has ended the spawn:
+    its move was judged while the pod still was there); while the spawn waits, the plain words
+    and the technical ones under Details; ("", "", None) when there is nothing to say."""
     if verdict is None:
         return "", "", None
     if verdict.action != FAIL:
         return messages.event_text(verdict), messages.event_progress_html(verdict), None
-    text, shown = messages.event_refusal(
-        verdict, spawner.name, spawner.server_display_names(), action=spawner.way_out_url()
-    )
+    kept = spawner.colocation_failure
+    if kept is not None and kept.event_verdict is not None:
+        return kept.message, kept.html, {"way_out": kept.way_out_json()}
+    text, shown = refusal_words(spawner, verdict)
     return text, shown, {"way_out": verdict.way_out.as_json() if verdict.way_out else None}
 
 

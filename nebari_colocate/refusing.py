@@ -19,7 +19,7 @@ from .objects import JsonDict
 from .placement import Decision, move_may_help, with_move
 from .wayout import WayOut
 
-__all__ = ["hold", "move_url", "offer_move", "refused", "way_out_url"]
+__all__ = ["buttons", "hold", "move_url", "offer_move", "refused", "way_out_url"]
 
 
 def offer_move(spawner: Any, decision: Decision, pod: JsonDict) -> None:
@@ -49,16 +49,7 @@ def refused(spawner: Any, decision: Decision, pod: JsonDict) -> ColocationRefuse
         "has_profiles": bool(spawner.profile_list),
         "display_names": spawner.server_display_names(),
     }
-    button = ""
-    if decision.way_out is not None:
-        button = messages.way_out_form_html(
-            decision.way_out, action=spawner.way_out_url(), display_names=args["display_names"]
-        )
-        move = decision.way_out.move
-        if move is not None:
-            button += messages.move_form_html(
-                move, action=move_url(spawner), display_names=args["display_names"]
-            )
+    button = buttons(spawner, decision.way_out, args["display_names"])
     shown = messages.user_html(decision, pod, button=button, **args)
     return ColocationRefused(
         messages.user_message(decision, pod, **args),
@@ -66,6 +57,22 @@ def refused(spawner: Any, decision: Decision, pod: JsonDict) -> ColocationRefuse
         messages.operator_line(decision, username=spawner.user.name, server_name=spawner.name),
         decision=decision,
     )
+
+
+def buttons(spawner: Any, way_out: WayOut | None, display_names: dict[str, str]) -> str:
+    """The forms of a refusal's ways out for ``spawner``'s server, as every refusal shows them
+    (the check's, and the one that ends a spawn on its pod's events): the way out's, then the
+    move of the whole set's when ``way_out`` carries one; "" without a way out."""
+    if way_out is None:
+        return ""
+    button = messages.way_out_form_html(
+        way_out, action=spawner.way_out_url(), display_names=display_names
+    )
+    if way_out.move is not None:
+        button += messages.move_form_html(
+            way_out.move, action=move_url(spawner), display_names=display_names
+        )
+    return button
 
 
 def way_out_url(spawner: Any) -> str:

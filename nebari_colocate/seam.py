@@ -1,9 +1,12 @@
 """What the way out's and the move's steps may ask of a spawner: the one typed seam between
-``handlers`` (and ``release``, which waits for the home's release) and ``spawner``.
+``handlers`` (and ``release``, which waits for the home's release) and ``spawner``; and what
+fail fast's late refusal asks of it to offer the move of the whole set (``fail_fast``).
 
-:class:`HandlerSpawner` lists every member they read or set; mypy checks ``handlers`` and
+:class:`HandlerSpawner` lists every member the steps read or set; mypy checks ``handlers`` and
 ``release`` against it, and that :class:`~nebari_colocate.spawner.ColocatingKubeSpawner` is
-one (``handlers``' ``TYPE_CHECKING`` assignment).  A member the steps need is added here first.
+one (``handlers``' ``TYPE_CHECKING`` assignment).  :class:`LateMoveSpawner` lists what
+``fail_fast.offer_late_move`` reads.  A member they need is added here first
+(``tests/unit/test_seam.py`` checks that the spawner has each).
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 if TYPE_CHECKING:
     from .locks import UserLocks
     from .objects import JsonDict
+    from .placement import Policy
     from .refusal import Refusal
     from .state import ClusterState
     from .view import ClusterView
@@ -73,3 +77,19 @@ class HandlerSpawner(Protocol):
 
     async def refusal_hold_ended(self) -> None:
         """Return once a refused spawn held pending (``refusal_hold_seconds``) has ended."""
+
+
+class LateMoveSpawner(Protocol):
+    """A spawner of nebari-colocate's, as fail fast's late refusal uses it to offer the move of
+    the whole set (``fail_fast.offer_late_move``)."""
+
+    user: Any
+    log: Any
+
+    @property
+    def colocation_label_value(self) -> str: ...
+
+    def colocation_policy(self) -> Policy: ...
+
+    def whole_set_state(self, pod: JsonDict) -> ClusterState | None:
+        """Every node and the pods on them, for the move of the whole set (None: not known)."""

@@ -43,6 +43,7 @@ from .headlines import Headline as Headline
 from .headlines import details_html as details_html
 from .headlines import event_headline as event_headline
 from .headlines import event_plain_text as event_plain_text
+from .headlines import or_move as or_move
 from .headlines import page_html as page_html
 from .headlines import refusal_details as refusal_details
 from .headlines import refusal_headline as refusal_headline

@@ -349,6 +349,13 @@ def text_message(headline: Headline, details: Sequence[str], more: str = "") -> 
     return f"{said} {DETAILS_LABEL}: {' '.join(details)}"
 
 
+def or_move(way_out: WayOut | None, display_names: Mapping[str, str] | None = None) -> str:
+    """The second way out in words, after the first ("Or: Restart ... Running kernels
+    restart."), when ``way_out`` carries the move of the whole set; "" otherwise."""
+    move = way_out.move if way_out is not None else None
+    return f"Or: {move_sentence(move, display_names)}" if move is not None else ""
+
+
 def details_html(details: Sequence[str]) -> str:
     """The facts as a closed disclosure (``<details>`` without ``open``), escaped."""
     if not details:
@@ -615,9 +622,7 @@ def user_message(
         has_profiles=has_profiles,
         display_names=display_names,
     )
-    move = decision.way_out.move if decision.way_out is not None else None
-    more = f"Or: {move_sentence(move, display_names)}" if move is not None else ""
-    return text_message(headline, details, more)
+    return text_message(headline, details, or_move(decision.way_out, display_names))
 
 
 def user_html(

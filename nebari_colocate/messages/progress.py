@@ -19,6 +19,7 @@ from .headlines import (
     details_html,
     event_headline,
     event_plain_text,
+    or_move,
     page_html,
     text_message,
 )
@@ -300,12 +301,13 @@ def event_failure(
     *,
     button: str = "",
 ) -> tuple[str, str]:
-    """(text, html) for a spawn ended by a hopeless pod event: the headline, then the technical
-    words under Details; ``button`` the way out's form (the server name is escaped)."""
+    """(text, html) for a spawn ended by a hopeless pod event: the headline, the move of the
+    whole set in words when the way out carries one, then the technical words under Details;
+    ``button`` the way out's form (and the move's; the server name is escaped)."""
     headline = event_headline(verdict, server_name, display_names)
     details = event_details_text(verdict) or "The server could not start."
     shown = page_html(headline, [details], button, verdict.way_out)
-    return text_message(headline, [details]), shown
+    return text_message(headline, [details], or_move(verdict.way_out, display_names)), shown
 
 
 def event_operator_line(

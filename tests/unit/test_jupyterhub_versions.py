@@ -286,6 +286,7 @@ async def test_a_spawn_ended_by_its_pods_events_says_it_once_with_the_refusals_h
         _start_watching_events=no_watch,
         _start_future=done,
         _held_refusal=None,
+        colocation_failure=None,
         _colocation_decision=object(),
         classify_events=lambda: verdict,
         events=[],
