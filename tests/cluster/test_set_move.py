@@ -215,14 +215,14 @@ async def test_a_move_whose_node_lost_its_room_goes_to_the_next_node_that_holds_
     """n2 taken after the refusal, n3 (8 CPU) added: the person consented to restart the set
     on a machine with room, so the move holds the room on n3 instead, and the set runs there
     (before: 409 stale, the person had to click again)."""
-    n1, n2, servers = await refused_set(kube, spawners)
+    _, n2, servers = await refused_set(kube, spawners)
     await kube.create_pod("other-team", node_name=n2, requests={"cpu": "6"})
     n3 = f"{kube.namespace}-n3"
     await kube.create_node(n3, cpu="8")
 
     async def n3_seen():
         state = servers["big"].whole_set_state({"metadata": {}, "spec": {}})
-        return state is not None and state.nodes is not None and n3 in state.nodes or None
+        return (state is not None and state.nodes is not None and n3 in state.nodes) or None
 
     await wait_until(n3_seen, timeout=30, what="the live view to see n3")
     stopped, stop_server, start_server = stepper(spawners, servers)
