@@ -36,6 +36,7 @@ from .handlers import (
     BUSY,
     RELEASE_TIMEOUT,
     STALE,
+    START_FAILED,
     StopServer,
     WayOutHandler,
     _options,
@@ -63,6 +64,8 @@ SET_MOVED, NO_ROOM = "set-moved", "no-room"
 #: seconds for the scheduler to bind the pods that hold the set's room on its node (a node
 #: with the room binds them at once), and for the hub's view to see one deleted
 HOLD_TIMEOUT, VIEW_TIMEOUT = 30.0, 5.0
+#: moves taken again, at most, when the new server's room was taken at the last moment
+MOVE_AGAIN = 1
 #: nodes tried, at most, for the set's room (the first chosen, then the next that holds it)
 HOLD_ATTEMPTS = 3
 
@@ -126,6 +129,59 @@ def _recheck(
 
 
 async def move_whole_set(
+    spawner: HandlerSpawner,
+    restart: Sequence[str],
+    node: str,
+    *,
+    spawner_of: Callable[[str], Any],
+    is_running: Callable[[str], bool],
+    stop_server: StopServer,
+    start_server: StartServer,
+    words: dict[str, Any],
+) -> None:
+    """The move of ``spawner``'s last refusal (:func:`_move_once`), taken once more, at once,
+    when it ended because the new server's room on the node was taken at the last moment (a
+    pod pending then was bound there first) and the new server's refusal (fail fast's, late)
+    offers the move of the set, which runs there now, to another node: what the person
+    consented to (restart the set together on a machine with room, then start the server), on
+    the next machine.  At most :data:`MOVE_AGAIN` times; else the failure stands."""
+    for attempt in range(MOVE_AGAIN + 1):
+        try:
+            await _move_once(
+                spawner,
+                restart,
+                node,
+                spawner_of=spawner_of,
+                is_running=is_running,
+                stop_server=stop_server,
+                start_server=start_server,
+                words=words,
+            )
+            return
+        except SetMoveFailed as failed:
+            again = _move_again(spawner, failed, is_running)
+            if again is None or attempt == MOVE_AGAIN:
+                raise
+            restart, node = again.restart, again.node or ""
+            words = {**words, "restart": restart}
+
+
+def _move_again(
+    spawner: HandlerSpawner, failed: SetMoveFailed, is_running: Callable[[str], bool]
+) -> setmove.Move | None:
+    """The move the new server's late refusal offers, after a move that ended with every
+    server of the set running and only the new one not started (``start-failed``)."""
+    if failed.outcome != START_FAILED:
+        return None
+    refusal = spawner.colocation_failure
+    way_out = refusal.way_out if refusal is not None else None
+    move = way_out.move if way_out is not None else None
+    if move is None or not move.restart or not all(is_running(n) for n in move.restart):
+        return None
+    return move
+
+
+async def _move_once(
     spawner: HandlerSpawner,
     restart: Sequence[str],
     node: str,

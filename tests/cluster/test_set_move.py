@@ -230,3 +230,59 @@ async def test_a_move_whose_node_lost_its_room_goes_to_the_next_node_that_holds_
     assert stopped == ["", "pandas-app"]
     assert await nodes_of(kube, servers) == {"": n3, "pandas-app": n3, "big": n3}
     assert await room_holders(kube) == []
+
+
+async def test_a_move_whose_new_servers_room_is_taken_at_the_last_moment_is_taken_again(
+    kube, spawners
+):
+    """The set restarted on n2; just before 'big' starts there (its room let go), another pod
+    is bound to n2 and takes that room (a pod pending at that moment is served first).  'big''s
+    start ends late (fail fast, ``unschedulable-pinned``) with the move of the set, which runs
+    on n2 now, to n3; the move takes it at once, once: the set and 'big' run on n3 (before:
+    ``start-failed``, 'big' a dead end)."""
+    from tests.support.builders import name_is, required_affinity, term
+
+    _, n2, servers = await refused_set(kube, spawners)
+    n3 = f"{kube.namespace}-n3"
+    await kube.create_node(n3, cpu="8")
+
+    async def n3_seen():
+        state = servers["big"].whole_set_state({"metadata": {}, "spec": {}})
+        return (state is not None and state.nodes is not None and n3 in state.nodes) or None
+
+    await wait_until(n3_seen, timeout=30, what="the live view to see n3")
+    stopped, stop_server, start_server = stepper(spawners, servers)
+    running = {"", "pandas-app"}
+    starts: list[str] = []
+
+    async def stop_one(name: str) -> None:
+        running.discard(name)
+        await stop_server(name)
+
+    async def start_after_a_thief(name: str, options: dict) -> None:
+        starts.append(name)
+        if name == "big" and starts.count("big") == 1:
+            # bound by kube-scheduler itself (its cache counts it when it places 'big')
+            await kube.create_pod(
+                "other-team",
+                requests={"cpu": "4.5"},
+                affinity=required_affinity(term(fields=[name_is(n2)])),
+            )
+            assert await kube.wait_for_binding("other-team") == n2
+        await start_server(name, options)
+        running.add(name)
+
+    await move_whole_set(
+        servers["big"],
+        ["", "pandas-app"],
+        n2,
+        spawner_of=servers.__getitem__,
+        is_running=running.__contains__,
+        stop_server=stop_one,
+        start_server=start_after_a_thief,
+        words={"start": "big", "restart": ("", "pandas-app")},
+    )
+    assert stopped == ["", "pandas-app", "", "pandas-app"]  # stopped on n1, then on n2
+    assert starts == ["", "pandas-app", "big", "", "pandas-app", "big"]
+    assert await nodes_of(kube, servers) == {"": n3, "pandas-app": n3, "big": n3}
+    assert await room_holders(kube) == []
