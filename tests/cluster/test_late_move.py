@@ -17,9 +17,8 @@ from nebari_colocate.refusing import move_url
 from nebari_colocate.setmove import Move
 from nebari_colocate.wayout import WayOut
 from tests.support.builders import name_is, required_affinity, term
-from tests.support.waiting import wait_until
 
-from .test_set_move import PYTHON_WORDS, nodes_of, stepper, take
+from .test_set_move import PYTHON_WORDS, attached_only_on, nodes_of, stepper, take, view_knows
 
 MOVE_WORDS = (
     "Or: Restart your default server and 'pandas-app' together on a machine with room for all "
@@ -41,11 +40,7 @@ async def test_a_node_filled_after_the_check_ends_the_spawn_offering_the_move_wh
         await spawners.start(server)
     await kube.create_node(n2, cpu="8")
 
-    async def view_knows_n2():
-        state = servers[""].whole_set_state({"metadata": {}, "spec": {}})
-        return (state is not None and n2 in (state.nodes or {})) or None
-
-    await wait_until(view_knows_n2, timeout=30, what="the hub's view to know n2")
+    await view_knows(servers[""], n2)
 
     filled: list[str] = []
 
@@ -113,10 +108,4 @@ async def test_a_node_filled_after_the_check_ends_the_spawn_offering_the_move_wh
     for server in servers.values():
         await kube.wait_for_running(server.pod_name)
 
-    async def attached_on_n2_only():
-        pvc = await kube.core.read_namespaced_persistent_volume_claim("claim-alice", kube.namespace)
-        found = await kube.volume_attachments(pvc.spec.volume_name)
-        nodes = {va["spec"]["nodeName"] for va in found}
-        return nodes if nodes == {n2} else None
-
-    await wait_until(attached_on_n2_only, timeout=60, what="the home attached on n2 only")
+    await attached_only_on(kube, n2)

@@ -99,6 +99,28 @@ async def take(servers, node, stopped, stop_server, start_server) -> None:
     )
 
 
+async def attached_only_on(kube, node: str) -> None:
+    """Wait until alice's home is attached on ``node`` and nowhere else."""
+
+    async def attached():
+        pvc = await kube.core.read_namespaced_persistent_volume_claim("claim-alice", kube.namespace)
+        found = await kube.volume_attachments(pvc.spec.volume_name)
+        nodes = {va["spec"]["nodeName"] for va in found}
+        return nodes if nodes == {node} else None
+
+    await wait_until(attached, timeout=60, what=f"the home attached on {node} only")
+
+
+async def view_knows(spawner, node: str) -> None:
+    """Wait until the hub's live view (``spawner``'s) knows node ``node``."""
+
+    async def known():
+        state = spawner.whole_set_state({"metadata": {}, "spec": {}})
+        return (state is not None and state.nodes is not None and node in state.nodes) or None
+
+    await wait_until(known, timeout=30, what=f"the live view to know {node}")
+
+
 async def nodes_of(kube, servers) -> dict[str, str | None]:
     pods = {p.metadata.name: p for p in (await kube.core.list_namespaced_pod(kube.namespace)).items}
     return {
@@ -116,13 +138,7 @@ async def test_the_whole_set_moves_to_a_node_with_room_for_all_of_it(kube, spawn
     for server in servers.values():
         await kube.wait_for_running(server.pod_name)
 
-    async def attached_on_n2_only():
-        pvc = await kube.core.read_namespaced_persistent_volume_claim("claim-alice", kube.namespace)
-        found = await kube.volume_attachments(pvc.spec.volume_name)
-        nodes = {va["spec"]["nodeName"] for va in found}
-        return nodes if nodes == {n2} else None
-
-    await wait_until(attached_on_n2_only, timeout=60, what="the home attached on n2 only")
+    await attached_only_on(kube, n2)
 
 
 async def test_a_stale_move_stops_nothing(kube, spawners):
@@ -220,11 +236,7 @@ async def test_a_move_whose_node_lost_its_room_goes_to_the_next_node_that_holds_
     n3 = f"{kube.namespace}-n3"
     await kube.create_node(n3, cpu="8")
 
-    async def n3_seen():
-        state = servers["big"].whole_set_state({"metadata": {}, "spec": {}})
-        return (state is not None and state.nodes is not None and n3 in state.nodes) or None
-
-    await wait_until(n3_seen, timeout=30, what="the live view to see n3")
+    await view_knows(servers["big"], n3)
     stopped, stop_server, start_server = stepper(spawners, servers)
     await take(servers, n2, stopped, stop_server, start_server)
     assert stopped == ["", "pandas-app"]
@@ -246,11 +258,7 @@ async def test_a_move_whose_new_servers_room_is_taken_at_the_last_moment_is_take
     n3 = f"{kube.namespace}-n3"
     await kube.create_node(n3, cpu="8")
 
-    async def n3_seen():
-        state = servers["big"].whole_set_state({"metadata": {}, "spec": {}})
-        return (state is not None and state.nodes is not None and n3 in state.nodes) or None
-
-    await wait_until(n3_seen, timeout=30, what="the live view to see n3")
+    await view_knows(servers["big"], n3)
     stopped, stop_server, start_server = stepper(spawners, servers)
     running = {"", "pandas-app"}
     starts: list[str] = []
