@@ -64,8 +64,8 @@ SET_MOVED, NO_ROOM = "set-moved", "no-room"
 #: seconds for the scheduler to bind the pods that hold the set's room on its node (a node
 #: with the room binds them at once), and for the hub's view to see one deleted
 HOLD_TIMEOUT, VIEW_TIMEOUT = 30.0, 5.0
-#: moves taken again, at most, when the new server's room was taken at the last moment
-MOVE_AGAIN = 1
+#: moves taken again, at most, when a room held for the set was taken at the last moment
+MOVE_AGAIN = 2
 #: nodes tried, at most, for the set's room (the first chosen, then the next that holds it)
 HOLD_ATTEMPTS = 3
 
@@ -139,16 +139,23 @@ async def move_whole_set(
     start_server: StartServer,
     words: dict[str, Any],
 ) -> None:
-    """The move of ``spawner``'s last refusal (:func:`_move_once`), taken once more, at once,
-    when it ended because the new server's room on the node was taken at the last moment (a
-    pod pending then was bound there first) and the new server's refusal (fail fast's, late)
-    offers the move of the set, which runs there now, to another node: what the person
-    consented to (restart the set together on a machine with room, then start the server), on
-    the next machine.  At most :data:`MOVE_AGAIN` times; else the failure stands."""
+    """The move of ``spawner``'s last refusal (:func:`_move_once`), finished another way when
+    a room held for it was taken at the last moment, by a pod pending when its holder was
+    deleted (kube-scheduler serves that pod first; docs/decisions.md): the set runs again, and
+    the new server did not start.  Then, at once, what the person would do next, within what
+    they consented to (restart the set together on a machine with room, then start the
+    server): the new server is started again where it fits (``no-room``: the set was started
+    again where it fits; it may fit beside it now), and if its refusal (the check's, or fail
+    fast's, late) offers the move of the set as it runs now, that move is taken.  At most
+    :data:`MOVE_AGAIN` more moves; else the failure stands."""
+    start = str(words.get("start", ""))
+    options = _options(spawner)
     for attempt in range(MOVE_AGAIN + 1):
+        # (after a failed start JupyterHub may give the server a new Spawner object)
+        current = spawner if attempt == 0 else spawner_of(start)
         try:
             await _move_once(
-                spawner,
+                current,
                 restart,
                 node,
                 spawner_of=spawner_of,
@@ -159,26 +166,35 @@ async def move_whole_set(
             )
             return
         except SetMoveFailed as failed:
-            again = _move_again(spawner, failed, is_running)
-            if again is None or attempt == MOVE_AGAIN:
+            if attempt == MOVE_AGAIN or not _set_runs_again(failed, is_running):
+                raise
+            if failed.outcome == NO_ROOM:
+                try:
+                    await _start_one(start, None, spawner_of, start_server, {start: options})
+                    return
+                except Exception:  # (refused again: its refusal may offer the move)
+                    pass
+            again = _move_offered(spawner_of(start))
+            if again is None:
                 raise
             restart, node = again.restart, again.node or ""
             words = {**words, "restart": restart}
 
 
-def _move_again(
-    spawner: HandlerSpawner, failed: SetMoveFailed, is_running: Callable[[str], bool]
-) -> setmove.Move | None:
-    """The move the new server's late refusal offers, after a move that ended with every
-    server of the set running and only the new one not started (``start-failed``)."""
-    if failed.outcome != START_FAILED:
-        return None
+def _set_runs_again(failed: SetMoveFailed, is_running: Callable[[str], bool]) -> bool:
+    """The move ended part-way with every server it stopped running again (somewhere) and
+    only the new server not started: ``start-failed`` or ``no-room`` after the stop."""
+    facts = failed.facts
+    if failed.outcome not in (START_FAILED, NO_ROOM) or facts is None or not facts.stopped:
+        return False
+    return not facts.not_started and all(is_running(name) for name in facts.stopped)
+
+
+def _move_offered(spawner: HandlerSpawner) -> setmove.Move | None:
+    """The move of the whole set that the new server's last refusal offers, if any."""
     refusal = spawner.colocation_failure
     way_out = refusal.way_out if refusal is not None else None
-    move = way_out.move if way_out is not None else None
-    if move is None or not move.restart or not all(is_running(n) for n in move.restart):
-        return None
-    return move
+    return way_out.move if way_out is not None else None
 
 
 async def _move_once(

@@ -294,3 +294,52 @@ async def test_a_move_whose_new_servers_room_is_taken_at_the_last_moment_is_take
     assert starts == ["", "pandas-app", "big", "", "pandas-app", "big"]
     assert await nodes_of(kube, servers) == {"": n3, "pandas-app": n3, "big": n3}
     assert await room_holders(kube) == []
+
+
+async def test_a_move_whose_restarted_servers_room_is_taken_at_the_last_moment_moves_on(
+    kube, spawners
+):
+    """The default server restarted on n2; just before 'pandas-app' starts there (its room let
+    go), another pod is bound to n2 and takes most of n2's room.  'pandas-app' starts again
+    where it fits (beside the home, on n2, in the room let go for 'big'); 'big' no longer fits
+    beside the set, and its refusal offers the move of the set to n3, which is taken at once:
+    all three run on n3 (before: ``no-room``, 'big' a dead end)."""
+    from tests.support.builders import name_is, required_affinity, term
+
+    _, n2, servers = await refused_set(kube, spawners)
+    n3 = f"{kube.namespace}-n3"
+    await kube.create_node(n3, cpu="8")
+    await view_knows(servers["big"], n3)
+    stopped, stop_server, start_server = stepper(spawners, servers)
+    running = {"", "pandas-app"}
+    starts: list[str] = []
+
+    async def stop_one(name: str) -> None:
+        running.discard(name)
+        await stop_server(name)
+
+    async def start_after_a_thief(name: str, options: dict) -> None:
+        starts.append(name)
+        if name == "pandas-app" and starts.count("pandas-app") == 1:
+            await kube.create_pod(
+                "other-team",
+                requests={"cpu": "3.5"},
+                affinity=required_affinity(term(fields=[name_is(n2)])),
+            )
+            assert await kube.wait_for_binding("other-team") == n2
+        await start_server(name, options)
+        running.add(name)
+
+    await move_whole_set(
+        servers["big"],
+        ["", "pandas-app"],
+        n2,
+        spawner_of=servers.__getitem__,
+        is_running=running.__contains__,
+        stop_server=stop_one,
+        start_server=start_after_a_thief,
+        words={"start": "big", "restart": ("", "pandas-app")},
+    )
+    assert stopped == ["", "pandas-app", "", "pandas-app"]  # stopped on n1, then on n2
+    assert await nodes_of(kube, servers) == {"": n3, "pandas-app": n3, "big": n3}
+    assert await room_holders(kube) == []
