@@ -1,12 +1,12 @@
-"""Capacity with a ReadWriteOnce home: dead ends and node-hours, five ways, on the real Karpenter.
+"""Capacity with a ReadWriteOnce home: dead ends and node-hours, six ways, on the real Karpenter.
 
 One control plane of tests/kube (etcd, kube-apiserver, kube-scheduler, kube-controller-manager
 with the real attach/detach controller, kwok), zero-to-jupyterhub's user-scheduler (a second
 kube-scheduler with the chart's profile: NodeResourcesFit ``MostAllocated``,
-``tests/support/z2jh.py``) and Karpenter with its kwok cloud provider.  Five NodePools of the
+``tests/support/z2jh.py``) and Karpenter with its kwok cloud provider.  Six NodePools of the
 same CPU machines (cpu-2x, cpu-4x, cpu-8x: 2, 4, 8 CPU at 4 GiB per CPU, price per CPU equal),
 one per variant; every server of a variant selects its pool (``karpenter.sh/nodepool``), so the
-five run side by side in one run on the same scheduler and the same Karpenter without sharing a
+six run side by side in one run on the same scheduler and the same Karpenter without sharing a
 node.  The pools launch machines of at least ``--min-node-cpu`` CPU (4: cpu-4x and cpu-8x; user
 node pools are seldom smaller, and on 2-CPU machines every lab gets a node of its own):
 
