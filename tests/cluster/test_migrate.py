@@ -570,17 +570,23 @@ async def test_a_class_that_offers_no_read_write_many_is_refused(deployment, cap
 
 #: a process that moves one home and SIGKILLs itself at one checkpoint (no hook in the product:
 #: the checkpoint callback is the Mover's own test seam)
+#: the lease of a killed process and of its resume: the resume must wait it out (the lease is
+#: not released by a SIGKILL), so the default 60 s would make each case last a minute
+KILLED_LEASE_SECONDS = 6
+
 KILLED_AT = """
 import asyncio, os, signal, sys
 from kubernetes_asyncio import config
 from nebari_colocate import migrate
 
-async def main(kubeconfig, namespace, claim, storage_class, stop_at):
+async def main(kubeconfig, namespace, claim, storage_class, stop_at, lease):
     api = await config.new_client_from_config(config_file=kubeconfig, persist_config=False)
     def die(_claim, name):
         if name == stop_at:
             os.kill(os.getpid(), signal.SIGKILL)
-    mover = migrate.Mover(api, namespace, storage_class=storage_class, checkpoint=die)
+    mover = migrate.Mover(
+        api, namespace, storage_class=storage_class, checkpoint=die, lease_seconds=int(lease)
+    )
     mover.copy_poll = 0.1
     print(await mover.apply(claim))
 
@@ -621,6 +627,7 @@ async def test_the_process_killed_at_any_step_resumes_to_the_same_end(deployment
         "claim-alice",
         RWX_CLASS,
         checkpoint,
+        str(KILLED_LEASE_SECONDS),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
     )
@@ -628,7 +635,7 @@ async def test_the_process_killed_at_any_step_resumes_to_the_same_end(deployment
     assert proc.returncode == -signal.SIGKILL, (out, err)
     await assert_safe_while_interrupted(deployment, checkpoint)
 
-    result = await mover(kube).apply("claim-alice")
+    result = await mover(kube, lease_seconds=KILLED_LEASE_SECONDS).apply("claim-alice")
     assert result["outcome"] == "done", result
     await deployment.assert_moved("alice")
     again = await mover(kube).apply("claim-alice")
