@@ -244,20 +244,16 @@ async def test_a_move_whose_node_lost_its_room_goes_to_the_next_node_that_holds_
     assert await room_holders(kube) == []
 
 
-async def test_a_move_whose_new_servers_room_is_taken_at_the_last_moment_is_taken_again(
-    kube, spawners
-):
-    """The set restarted on n2; just before 'big' starts there (its room let go), another pod
-    is bound to n2 and takes that room (a pod pending at that moment is served first).  'big''s
-    start ends late (fail fast, ``unschedulable-pinned``) with the move of the set, which runs
-    on n2 now, to n3; the move takes it at once, once: the set and 'big' run on n3 (before:
-    ``start-failed``, 'big' a dead end)."""
+async def move_with_a_thief(kube, spawners, before: str, cpu: str):
+    """'big''s refusal (n1 full, n2 chosen) and n3 (8 CPU) added, then the move taken with
+    another pod bound to n2 by kube-scheduler itself (its cache counts it at once) just before
+    ``before`` starts there the first time, taking ``cpu`` of n2's room; (stopped, starts, n2,
+    n3, servers)."""
     from tests.support.builders import name_is, required_affinity, term
 
     _, n2, servers = await refused_set(kube, spawners)
     n3 = f"{kube.namespace}-n3"
     await kube.create_node(n3, cpu="8")
-
     await view_knows(servers["big"], n3)
     stopped, stop_server, start_server = stepper(spawners, servers)
     running = {"", "pandas-app"}
@@ -269,11 +265,10 @@ async def test_a_move_whose_new_servers_room_is_taken_at_the_last_moment_is_take
 
     async def start_after_a_thief(name: str, options: dict) -> None:
         starts.append(name)
-        if name == "big" and starts.count("big") == 1:
-            # bound by kube-scheduler itself (its cache counts it when it places 'big')
+        if name == before and starts.count(before) == 1:
             await kube.create_pod(
                 "other-team",
-                requests={"cpu": "4.5"},
+                requests={"cpu": cpu},
                 affinity=required_affinity(term(fields=[name_is(n2)])),
             )
             assert await kube.wait_for_binding("other-team") == n2
@@ -290,6 +285,18 @@ async def test_a_move_whose_new_servers_room_is_taken_at_the_last_moment_is_take
         start_server=start_after_a_thief,
         words={"start": "big", "restart": ("", "pandas-app")},
     )
+    return stopped, starts, n3, servers
+
+
+async def test_a_move_whose_new_servers_room_is_taken_at_the_last_moment_is_taken_again(
+    kube, spawners
+):
+    """The set restarted on n2; just before 'big' starts there (its room let go), another pod
+    is bound to n2 and takes that room (a pod pending at that moment is served first).  'big''s
+    start ends late (fail fast, ``unschedulable-pinned``) with the move of the set, which runs
+    on n2 now, to n3; the move takes it at once, once: the set and 'big' run on n3 (before:
+    ``start-failed``, 'big' a dead end)."""
+    stopped, starts, n3, servers = await move_with_a_thief(kube, spawners, "big", cpu="4.5")
     assert stopped == ["", "pandas-app", "", "pandas-app"]  # stopped on n1, then on n2
     assert starts == ["", "pandas-app", "big", "", "pandas-app", "big"]
     assert await nodes_of(kube, servers) == {"": n3, "pandas-app": n3, "big": n3}
@@ -304,42 +311,7 @@ async def test_a_move_whose_restarted_servers_room_is_taken_at_the_last_moment_m
     where it fits (beside the home, on n2, in the room let go for 'big'); 'big' no longer fits
     beside the set, and its refusal offers the move of the set to n3, which is taken at once:
     all three run on n3 (before: ``no-room``, 'big' a dead end)."""
-    from tests.support.builders import name_is, required_affinity, term
-
-    _, n2, servers = await refused_set(kube, spawners)
-    n3 = f"{kube.namespace}-n3"
-    await kube.create_node(n3, cpu="8")
-    await view_knows(servers["big"], n3)
-    stopped, stop_server, start_server = stepper(spawners, servers)
-    running = {"", "pandas-app"}
-    starts: list[str] = []
-
-    async def stop_one(name: str) -> None:
-        running.discard(name)
-        await stop_server(name)
-
-    async def start_after_a_thief(name: str, options: dict) -> None:
-        starts.append(name)
-        if name == "pandas-app" and starts.count("pandas-app") == 1:
-            await kube.create_pod(
-                "other-team",
-                requests={"cpu": "3.5"},
-                affinity=required_affinity(term(fields=[name_is(n2)])),
-            )
-            assert await kube.wait_for_binding("other-team") == n2
-        await start_server(name, options)
-        running.add(name)
-
-    await move_whole_set(
-        servers["big"],
-        ["", "pandas-app"],
-        n2,
-        spawner_of=servers.__getitem__,
-        is_running=running.__contains__,
-        stop_server=stop_one,
-        start_server=start_after_a_thief,
-        words={"start": "big", "restart": ("", "pandas-app")},
-    )
+    stopped, _, n3, servers = await move_with_a_thief(kube, spawners, "pandas-app", cpu="3.5")
     assert stopped == ["", "pandas-app", "", "pandas-app"]  # stopped on n1, then on n2
     assert await nodes_of(kube, servers) == {"": n3, "pandas-app": n3, "big": n3}
     assert await room_holders(kube) == []
